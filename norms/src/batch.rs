@@ -1,0 +1,1 @@
+//! Batch (per-channel) forms: placeholder module replaced in the next step.

@@ -1,0 +1,101 @@
+//! Reductions in several independent lanes, so the compiler vectorises them, combined in a
+//! fixed pairwise order: the result depends only on the input, never on threads or timing.
+
+use crate::accum::Real;
+
+/// Number of independent accumulators (two AVX registers of f32; four SSE registers).
+pub const LANES: usize = 16;
+
+#[inline(always)]
+fn combine<A: Real>(mut acc: [A; LANES]) -> A {
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for j in 0..w {
+            acc[j] = acc[j] + acc[j + w];
+        }
+    }
+    acc[0]
+}
+
+/// `sum f(v_i)` in lanes.
+#[inline(always)]
+pub fn sum_map<A: Real>(v: &[A], f: impl Fn(A) -> A) -> A {
+    let mut acc = [A::zero(); LANES];
+    let chunks = v.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            acc[j] = acc[j] + f(c[j]);
+        }
+    }
+    for (j, &x) in rem.iter().enumerate() {
+        acc[j] = acc[j] + f(x);
+    }
+    combine(acc)
+}
+
+/// `(sum f(v_i), sum g(v_i))` in one pass.
+#[inline(always)]
+pub fn sum_map2<A: Real>(v: &[A], f: impl Fn(A) -> A, g: impl Fn(A) -> A) -> (A, A) {
+    let mut a = [A::zero(); LANES];
+    let mut b = [A::zero(); LANES];
+    let chunks = v.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            a[j] = a[j] + f(c[j]);
+            b[j] = b[j] + g(c[j]);
+        }
+    }
+    for (j, &x) in rem.iter().enumerate() {
+        a[j] = a[j] + f(x);
+        b[j] = b[j] + g(x);
+    }
+    (combine(a), combine(b))
+}
+
+/// `sum f(u_i, v_i)` in lanes.
+#[inline(always)]
+pub fn sum_zip<A: Real>(u: &[A], v: &[A], f: impl Fn(A, A) -> A) -> A {
+    let mut acc = [A::zero(); LANES];
+    let n = u.len().min(v.len());
+    let full = n - n % LANES;
+    for (cu, cv) in u[..full].chunks_exact(LANES).zip(v[..full].chunks_exact(LANES)) {
+        for j in 0..LANES {
+            acc[j] = acc[j] + f(cu[j], cv[j]);
+        }
+    }
+    for j in full..n {
+        acc[j - full] = acc[j - full] + f(u[j], v[j]);
+    }
+    combine(acc)
+}
+
+/// `(max f(v_i), sum f(v_i))`: the sum makes a NaN visible (a max alone would drop it).
+#[inline(always)]
+pub fn max_and_sum<A: Real>(v: &[A], f: impl Fn(A) -> A) -> (A, A) {
+    let mut m = [A::zero(); LANES];
+    let mut s = [A::zero(); LANES];
+    let chunks = v.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            let a = f(c[j]);
+            m[j] = if a > m[j] { a } else { m[j] };
+            s[j] = s[j] + a;
+        }
+    }
+    for (j, &x) in rem.iter().enumerate() {
+        let a = f(x);
+        m[j] = if a > m[j] { a } else { m[j] };
+        s[j] = s[j] + a;
+    }
+    let mut best = m[0];
+    for &v in &m[1..] {
+        if v > best {
+            best = v;
+        }
+    }
+    (best, combine(s))
+}

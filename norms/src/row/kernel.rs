@@ -1,0 +1,250 @@
+//! One row at a time: statistics with overflow rescue, the normalized output, the backward.
+//! Used by the row forms (a row of the last axis) and the batch forms (a gathered channel).
+
+use super::stats::{compute, RowCtx, RowStats};
+use crate::accum::Real;
+use crate::counters::Counters;
+use crate::spec::NormKind;
+
+/// Scratch memory for one worker.
+pub(crate) struct Scratch<A> {
+    pub a: Vec<A>,
+    pub b: Vec<A>,
+    pub c: Vec<A>,
+}
+
+impl<A: Real> Scratch<A> {
+    pub fn new(n: usize) -> Self {
+        Scratch { a: vec![A::zero(); n], b: vec![A::zero(); n], c: vec![A::zero(); n] }
+    }
+}
+
+/// eps as seen by a row scaled by 2^-e: inside a sqrt of a mean square for Rms/Layer, on the
+/// scale itself for the others.
+fn scaled_eps(kind: NormKind, eps: f64, e: i32) -> f64 {
+    match kind {
+        NormKind::Rms | NormKind::Layer => eps * 2f64.powi(-2 * e),
+        _ => eps * 2f64.powi(-e),
+    }
+}
+
+/// Statistics of the loaded row `x` (n values in the accumulator). `nonfinite_inputs` counts
+/// the non-finite elements of the row in its storage type; it is only called when the
+/// statistics came out non-finite. May rescale `x` in place by a power of two (recorded in
+/// `exp2`). A row with a non-finite input gets NaN statistics.
+pub(crate) fn row_stats<A: Real>(
+    ctx: &RowCtx<A>,
+    x: &mut [A],
+    abs_scratch: &mut [A],
+    nonfinite_inputs: impl FnOnce() -> u64,
+    counters: &mut Counters,
+) -> RowStats {
+    let raw = compute(ctx, x, A::from_f64(ctx.eps), abs_scratch);
+    let wide = A::ACCUM.is_wide();
+    let overflowed = !raw.check.is_finite() || !raw.s.is_finite();
+    // Underflow: squares may have been subnormal, and eps is too small to dominate them.
+    let underflow_eps = match ctx.kind {
+        NormKind::UnitL2 => A::TINY.sqrt(),
+        _ => A::TINY,
+    };
+    let underflowed = wide && raw.sumsq.to_f64() < A::TINY && ctx.eps < underflow_eps && raw.sumsq.to_f64() >= 0.0;
+    if !overflowed && !underflowed {
+        return raw.widen(0);
+    }
+    if overflowed {
+        let bad = nonfinite_inputs();
+        if bad > 0 {
+            counters.nonfinite_in += bad;
+            return RowStats { mean_hi: f64::NAN, mean_lo: f64::NAN, rscale: f64::NAN, exp2: 0, clamped: false };
+        }
+        if !wide {
+            // A half accumulator overflowed: that is what it computes. Count it and keep it.
+            counters.acc_overflow += 1;
+            return raw.widen(0);
+        }
+    }
+    // Rescue: scale the row by an exact power of two so its largest magnitude is in [1, 2).
+    let m = x.iter().fold(0.0f64, |m, v| m.max(v.to_f64().abs()));
+    if m == 0.0 || !m.is_finite() {
+        return raw.widen(0);
+    }
+    let e = m.log2().floor() as i32;
+    let f = A::from_f64(2f64.powi(-e));
+    for v in x.iter_mut() {
+        *v = *v * f;
+    }
+    let eps_s = scaled_eps(ctx.kind, ctx.eps, e);
+    if !A::from_f64(eps_s).is_finite() {
+        // eps dominates completely: D = sqrt(eps) (Rms/Layer) or eps; undo and use it.
+        let raw2 = compute(ctx, x, A::from_f64(f64::MAX), abs_scratch);
+        let d = match ctx.kind {
+            NormKind::Rms | NormKind::Layer => ctx.eps.sqrt(),
+            _ => ctx.eps,
+        };
+        let mut st = raw2.widen(e);
+        st.rscale = A::from_f64(2f64.powi(e) / d).to_f64();
+        st.clamped = matches!(ctx.kind, NormKind::UnitL2);
+        return st;
+    }
+    let raw = compute(ctx, x, A::from_f64(eps_s), abs_scratch);
+    raw.widen(e)
+}
+
+/// Write the normalized row into `x` (which holds the row as scaled by `row_stats`).
+#[inline(always)]
+pub(crate) fn normalize<A: Real>(ctx: &RowCtx<A>, x: &mut [A], st: &RowStats, w: Option<&[A]>, b: Option<&[A]>) {
+    let s = A::from_f64(st.rscale);
+    if ctx.centred {
+        let hi = A::from_f64(st.mean_hi);
+        let lo = A::from_f64(st.mean_lo);
+        match (w, b) {
+            (None, None) => x.iter_mut().for_each(|v| *v = ((*v - hi) - lo) * s),
+            (Some(w), None) => x.iter_mut().zip(w).for_each(|(v, &w)| *v = ((*v - hi) - lo) * s * w),
+            (None, Some(b)) => x.iter_mut().zip(b).for_each(|(v, &b)| *v = ((*v - hi) - lo) * s + b),
+            (Some(w), Some(b)) => {
+                x.iter_mut().zip(w.iter().zip(b)).for_each(|(v, (&w, &b))| *v = ((*v - hi) - lo) * s * w + b)
+            }
+        }
+    } else {
+        match (w, b) {
+            (None, None) => x.iter_mut().for_each(|v| *v = *v * s),
+            (Some(w), None) => x.iter_mut().zip(w).for_each(|(v, &w)| *v = *v * s * w),
+            (None, Some(b)) => x.iter_mut().zip(b).for_each(|(v, &b)| *v = *v * s + b),
+            (Some(w), Some(b)) => x.iter_mut().zip(w.iter().zip(b)).for_each(|(v, (&w, &b))| *v = *v * s * w + b),
+        }
+    }
+}
+
+#[inline(always)]
+fn sign<A: Real>(v: A) -> A {
+    if v > A::zero() {
+        A::one()
+    } else if v < A::zero() {
+        -A::one()
+    } else {
+        A::zero()
+    }
+}
+
+/// Index set of the k largest |z_i|, ties to the lowest index, as a 0/1 mask in `mask`.
+/// `abs_scratch` is overwritten.
+pub(crate) fn topk_mask<A: Real>(z: &[A], k: usize, abs_scratch: &mut [A], mask: &mut [bool]) {
+    let n = z.len();
+    let a = &mut abs_scratch[..n];
+    for (d, &v) in a.iter_mut().zip(z) {
+        *d = v.abs();
+    }
+    // The k-th largest value is the threshold.
+    let desc = |x: &A, y: &A| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal);
+    let t = if k < n {
+        *a.select_nth_unstable_by(k - 1, desc).1
+    } else {
+        a.iter().copied().fold(z[0].abs(), |m, v| if v < m { v } else { m })
+    };
+    let mut taken = 0;
+    for (i, m) in mask[..n].iter_mut().enumerate() {
+        *m = z[i].abs() > t;
+        taken += *m as usize;
+    }
+    for (i, m) in mask[..n].iter_mut().enumerate() {
+        if taken == k {
+            break;
+        }
+        if !*m && z[i].abs() == t {
+            *m = true;
+            taken += 1;
+        }
+    }
+}
+
+/// Backward of one row. `x` holds the loaded input (it is overwritten with x̂), `g` holds dy
+/// (overwritten with dx, not yet scaled by 2^-exp2). Accumulates `dy * x̂` into `dw` and `dy`
+/// into `db` when given. `mask` is Top-k scratch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn row_backward<A: Real>(
+    ctx: &RowCtx<A>,
+    x: &mut [A],
+    g: &mut [A],
+    st: &RowStats,
+    w: Option<&[A]>,
+    dw: Option<&mut [A]>,
+    db: Option<&mut [A]>,
+    abs_scratch: &mut [A],
+    mask: &mut [bool],
+) {
+    let s = A::from_f64(st.rscale);
+    let hi = A::from_f64(st.mean_hi);
+    let lo = A::from_f64(st.mean_lo);
+    if st.exp2 != 0 {
+        let f = A::from_f64(2f64.powi(-st.exp2));
+        x.iter_mut().for_each(|v| *v = *v * f);
+    }
+    if ctx.centred {
+        x.iter_mut().for_each(|v| *v = (*v - hi) - lo);
+    }
+    // Selections are made on |z|, exactly as the forward computed it.
+    let argmax = match ctx.kind {
+        NormKind::LInf => {
+            let mut m = 0;
+            let mut best = x[0].abs();
+            for (i, v) in x.iter().enumerate().skip(1) {
+                if v.abs() > best {
+                    best = v.abs();
+                    m = i;
+                }
+            }
+            m
+        }
+        NormKind::TopK { k } => {
+            topk_mask(x, k, abs_scratch, mask);
+            0
+        }
+        _ => 0,
+    };
+    x.iter_mut().for_each(|v| *v = *v * s);
+    if let Some(dw) = dw {
+        dw.iter_mut().zip(x.iter().zip(g.iter())).for_each(|(a, (&xh, &dy))| *a = *a + dy * xh);
+    }
+    if let Some(db) = db {
+        db.iter_mut().zip(g.iter()).for_each(|(a, &dy)| *a = *a + dy);
+    }
+    if let Some(w) = w {
+        g.iter_mut().zip(w).for_each(|(v, &w)| *v = *v * w);
+    }
+    let dot = crate::lanes::sum_zip(g, x, |a, b| a * b);
+    // dz_i = s * (g_i - dot * dD/dz_i)
+    match ctx.kind {
+        NormKind::Rms | NormKind::Layer => {
+            let c = dot * ctx.inv_n;
+            g.iter_mut().zip(x.iter()).for_each(|(v, &xh)| *v = s * (*v - xh * c));
+        }
+        NormKind::UnitL2 => {
+            if st.clamped {
+                g.iter_mut().for_each(|v| *v = s * *v);
+            } else {
+                g.iter_mut().zip(x.iter()).for_each(|(v, &xh)| *v = s * (*v - xh * dot));
+            }
+        }
+        NormKind::L1 => {
+            let c = dot * ctx.c * ctx.inv_n;
+            g.iter_mut().zip(x.iter()).for_each(|(v, &xh)| *v = s * (*v - sign(xh) * c));
+        }
+        NormKind::LInf => {
+            let m = argmax;
+            let c = dot * ctx.c;
+            let xm = x[m];
+            g.iter_mut().for_each(|v| *v = s * *v);
+            g[m] = g[m] - s * (sign(xm) * c);
+        }
+        NormKind::TopK { k } => {
+            let c = dot * ctx.c / A::from_usize(k);
+            g.iter_mut()
+                .zip(x.iter().zip(mask.iter()))
+                .for_each(|(v, (&xh, &sel))| *v = if sel { s * (*v - sign(xh) * c) } else { s * *v });
+        }
+    }
+    if ctx.centred {
+        let mean = crate::lanes::sum_map(g, |v| v) * ctx.inv_n;
+        g.iter_mut().for_each(|v| *v = *v - mean);
+    }
+}

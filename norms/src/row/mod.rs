@@ -1,0 +1,272 @@
+//! Row forms: every norm over the last axis of a `[rows, n]` row-major view.
+//!
+//! ```
+//! use normlab_norms::{row, Accum, NormSpec};
+//! let x = [1.0f32, -2.0, 3.0, -4.0, 0.5, 0.0];
+//! let mut y = [0.0f32; 6];
+//! let mut stats = [Default::default(); 2];
+//! let counters = row::forward(&NormSpec::l1(0.0), Accum::F32, &x, 3, None, None, &mut y, Some(&mut stats)).unwrap();
+//! assert!(counters.is_clean());
+//! // Each centred row now has mean 0 and C_L1 * mean|y| = 1.
+//! let m = (y[0] + y[1] + y[2]) / 3.0;
+//! assert!(m.abs() < 1e-6);
+//! ```
+//!
+//! # Backward
+//! With `z = x - mu`, `D(z)` the denominator, `x̂ = z/D`, `s = 1/D` and `g = dy * w`:
+//!
+//! ```text
+//! dL/dz_j = s * (g_j - (g · x̂) * dD/dz_j)
+//! dL/dx_j = dL/dz_j - mean(dL/dz)            (centred kinds; plain dL/dz otherwise)
+//! dL/dw_j = sum over rows of dy_j * x̂_j,    dL/db_j = sum over rows of dy_j
+//! ```
+//!
+//! | kind | dD/dz_j |
+//! |---|---|
+//! | Rms, Layer | x̂_j / n |
+//! | UnitL2 | x̂_j (0 when the norm was clamped to eps) |
+//! | L1 | C sign(z_j) / n, sign(0) = 0 |
+//! | LInf | C sign(z_m) at m = argmax |z| (lowest index on ties), 0 elsewhere |
+//! | TopK | C sign(z_j) / k for j among the k largest |z| (lowest indices on ties), 0 elsewhere |
+//!
+//! The backward takes the statistics saved by the forward (`RowStats`), so it recomputes
+//! only `x̂`, and the selections of L-inf and Top-k, which follow the same tie rule.
+//!
+//! # Determinism
+//! Rows are independent; each is reduced in fixed lanes combined in a fixed order. Weight and
+//! bias gradients are summed in 64 fixed row blocks (by shape, not by thread), then in block
+//! order: results are bitwise identical for any number of threads.
+
+mod kernel;
+pub(crate) mod stats;
+
+pub(crate) use kernel::{normalize, row_backward, row_stats, Scratch};
+pub use stats::RowStats;
+pub(crate) use stats::RowCtx;
+
+use rayon::prelude::*;
+
+use crate::accum::{Accum, Real};
+use crate::counters::Counters;
+use crate::element::Element;
+use crate::error::{NormError, Result};
+use crate::spec::NormSpec;
+
+/// Elements handed to one parallel task (rows are grouped so short rows do not drown in
+/// scheduling overhead).
+const TASK_ELEMS: usize = 1 << 15;
+/// Row blocks for the weight and bias gradients.
+const GRAD_BLOCKS: usize = 64;
+
+pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected != got {
+        return Err(NormError::Length { what, expected, got });
+    }
+    Ok(())
+}
+
+/// Number of rows of `x` viewed as `[rows, n]`, after validating the spec and lengths.
+fn rows_of<T>(spec: &NormSpec, x: &[T], n: usize) -> Result<usize> {
+    spec.validate(n)?;
+    if x.len() % n != 0 {
+        return Err(NormError::Shape(format!("input of {} elements is not a whole number of rows of n = {n}", x.len())));
+    }
+    Ok(x.len() / n)
+}
+
+pub(crate) fn ctx<A: Real>(spec: &NormSpec, n: usize) -> Result<RowCtx<A>> {
+    Ok(RowCtx {
+        kind: spec.kind,
+        centred: spec.centred,
+        eps: spec.eps,
+        c: A::from_f64(spec.scale_constant(n)?),
+        inv_n: A::one() / A::from_usize(n),
+    })
+}
+
+pub(crate) fn widen<T: Element, A: Real>(v: Option<&[T]>) -> Option<Vec<A>> {
+    v.map(|v| {
+        let mut out = vec![A::zero(); v.len()];
+        A::load(v, &mut out);
+        out
+    })
+}
+
+pub(crate) fn count_nonfinite<T: Element>(v: &[T]) -> u64 {
+    v.iter().filter(|x| !x.is_finite()).count() as u64
+}
+
+/// Forward of a row form. `x` and `y` are `[rows, n]` row-major; `weight` and `bias` have
+/// length n; `stats` (length rows), if given, receives what the backward needs.
+#[allow(clippy::too_many_arguments)]
+pub fn forward<T: Element>(
+    spec: &NormSpec,
+    accum: Accum,
+    x: &[T],
+    n: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    y: &mut [T],
+    stats: Option<&mut [RowStats]>,
+) -> Result<Counters> {
+    let rows = rows_of(spec, x, n)?;
+    check_len("output", x.len(), y.len())?;
+    if let Some(w) = weight {
+        check_len("weight", n, w.len())?;
+    }
+    if let Some(b) = bias {
+        check_len("bias", n, b.len())?;
+    }
+    let mut own = Vec::new();
+    let stats = match stats {
+        Some(s) => {
+            check_len("stats", rows, s.len())?;
+            s
+        }
+        None => {
+            own.resize(rows, RowStats::default());
+            &mut own[..]
+        }
+    };
+    crate::with_accum!(accum, A => forward_impl::<T, A>(spec, x, n, weight, bias, y, stats))
+}
+
+fn forward_impl<T: Element, A: Real>(
+    spec: &NormSpec,
+    x: &[T],
+    n: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    y: &mut [T],
+    stats: &mut [RowStats],
+) -> Result<Counters> {
+    if x.is_empty() {
+        return Ok(Counters::default());
+    }
+    let ctx = ctx::<A>(spec, n)?;
+    let w = widen::<T, A>(weight);
+    let b = widen::<T, A>(bias);
+    let rows_per_task = (TASK_ELEMS / n).max(1);
+    let counters = y
+        .par_chunks_mut(n * rows_per_task)
+        .zip(x.par_chunks(n * rows_per_task))
+        .zip(stats.par_chunks_mut(rows_per_task))
+        .map_init(
+            || Scratch::<A>::new(n),
+            |scr, ((yc, xc), sc)| {
+                let mut c = Counters::default();
+                for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
+                    let buf = &mut scr.a[..n];
+                    A::load(xr, buf);
+                    *st = row_stats(&ctx, buf, &mut scr.c, || count_nonfinite(xr), &mut c);
+                    normalize(&ctx, buf, st, w.as_deref(), b.as_deref());
+                    A::store(buf, yr);
+                    if !st.rscale.is_finite() || c.acc_overflow > 0 || c.nonfinite_in > 0 || !yr.iter().all(|v| v.is_finite()) {
+                        c.nonfinite_out += count_nonfinite(yr);
+                    }
+                }
+                c
+            },
+        )
+        .reduce(Counters::default, |a, b| a + b);
+    Ok(counters)
+}
+
+/// Backward of a row form: `dx` from `dy`, and optionally the weight and bias gradients
+/// (summed over rows deterministically). `stats` are those the forward returned.
+#[allow(clippy::too_many_arguments)]
+pub fn backward<T: Element>(
+    spec: &NormSpec,
+    accum: Accum,
+    x: &[T],
+    dy: &[T],
+    n: usize,
+    stats: &[RowStats],
+    weight: Option<&[T]>,
+    dx: &mut [T],
+    dweight: Option<&mut [T]>,
+    dbias: Option<&mut [T]>,
+) -> Result<Counters> {
+    let rows = rows_of(spec, x, n)?;
+    check_len("dy", x.len(), dy.len())?;
+    check_len("dx", x.len(), dx.len())?;
+    check_len("stats", rows, stats.len())?;
+    if let Some(w) = weight {
+        check_len("weight", n, w.len())?;
+    }
+    if let Some(d) = dweight.as_deref() {
+        check_len("dweight", n, d.len())?;
+    }
+    if let Some(d) = dbias.as_deref() {
+        check_len("dbias", n, d.len())?;
+    }
+    crate::with_accum!(accum, A => backward_impl::<T, A>(spec, x, dy, n, stats, weight, dx, dweight, dbias))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward_impl<T: Element, A: Real>(
+    spec: &NormSpec,
+    x: &[T],
+    dy: &[T],
+    n: usize,
+    stats: &[RowStats],
+    weight: Option<&[T]>,
+    dx: &mut [T],
+    dweight: Option<&mut [T]>,
+    dbias: Option<&mut [T]>,
+) -> Result<Counters> {
+    let rows = x.len() / n;
+    let ctx = ctx::<A>(spec, n)?;
+    let w = widen::<T, A>(weight);
+    let want_dw = dweight.is_some();
+    let want_db = dbias.is_some();
+    let rows_per_block = rows.div_ceil(GRAD_BLOCKS).max(1);
+    let results: Vec<(Counters, Option<Vec<A>>, Option<Vec<A>>)> = dx
+        .par_chunks_mut(n * rows_per_block)
+        .zip(x.par_chunks(n * rows_per_block))
+        .zip(dy.par_chunks(n * rows_per_block))
+        .zip(stats.par_chunks(rows_per_block))
+        .map_init(
+            || (Scratch::<A>::new(n), vec![false; n]),
+            |(scr, mask), (((dxc, xc), dyc), sc)| {
+                let mut c = Counters::default();
+                let mut dw = want_dw.then(|| vec![A::zero(); n]);
+                let mut db = want_db.then(|| vec![A::zero(); n]);
+                for (((dxr, xr), dyr), st) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)).zip(sc) {
+                    let (xb, rest) = (&mut scr.a[..n], &mut scr.b[..n]);
+                    A::load(xr, xb);
+                    A::load(dyr, rest);
+                    row_backward(&ctx, xb, rest, st, w.as_deref(), dw.as_deref_mut(), db.as_deref_mut(), &mut scr.c, mask);
+                    if st.exp2 != 0 {
+                        let f = A::from_f64(2f64.powi(-st.exp2));
+                        rest.iter_mut().for_each(|v| *v = *v * f);
+                    }
+                    A::store(rest, dxr);
+                    c.nonfinite_out += count_nonfinite(dxr);
+                }
+                (c, dw, db)
+            },
+        )
+        .collect();
+    let mut counters = Counters::default();
+    let mut dw_sum = want_dw.then(|| vec![A::zero(); n]);
+    let mut db_sum = want_db.then(|| vec![A::zero(); n]);
+    for (c, dw, db) in results {
+        counters += c;
+        if let (Some(acc), Some(p)) = (dw_sum.as_mut(), dw) {
+            acc.iter_mut().zip(p).for_each(|(a, p)| *a = *a + p);
+        }
+        if let (Some(acc), Some(p)) = (db_sum.as_mut(), db) {
+            acc.iter_mut().zip(p).for_each(|(a, p)| *a = *a + p);
+        }
+    }
+    if let (Some(out), Some(acc)) = (dweight, dw_sum) {
+        A::store(&acc, out);
+        counters.nonfinite_out += count_nonfinite(out);
+    }
+    if let (Some(out), Some(acc)) = (dbias, db_sum) {
+        A::store(&acc, out);
+        counters.nonfinite_out += count_nonfinite(out);
+    }
+    Ok(counters)
+}

@@ -1,0 +1,145 @@
+//! Per-row statistics: the mean (as a compensated pair) and the reciprocal denominator.
+//!
+//! Centred kinds compute the mean in two steps: `hi = sum(x)/n`, then the residual
+//! `lo = sum(x - hi)/n` (the corrected two-pass algorithm of Chan, Golub and LeVeque). The
+//! centred value is `z = (x - hi) - lo`: `x - hi` is exact or rounded relative to `z`, not to
+//! `mean`, so the output keeps its accuracy when `|mean| >> std`. LayerNorm's variance is
+//! `sum((x - hi)^2)/n - lo^2` from the same pass: never `E[x^2] - mean^2`.
+
+use crate::accum::Real;
+use crate::lanes;
+use crate::spec::NormKind;
+
+/// Statistics of one row (or channel), saved by the forward for the backward.
+///
+/// Values are in the accumulator's precision (an f32 value when the accumulator is f32),
+/// stored widened to f64. They describe the row scaled by `2^-exp2` (`exp2` is 0 unless the
+/// row had to be rescaled to avoid overflow or underflow):
+/// `x̂ = ((x * 2^-exp2 - mean_hi) - mean_lo) * rscale`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RowStats {
+    pub mean_hi: f64,
+    pub mean_lo: f64,
+    /// `1 / D` for the scaled row.
+    pub rscale: f64,
+    pub exp2: i32,
+    /// Unit L2 only: the norm was below eps and the clamp was applied.
+    pub clamped: bool,
+}
+
+impl RowStats {
+    /// The mean of the row (0 for uncentred kinds).
+    pub fn mean(&self) -> f64 {
+        (self.mean_hi + self.mean_lo) * 2f64.powi(self.exp2)
+    }
+    /// The denominator `D` the row was divided by.
+    pub fn denominator(&self) -> f64 {
+        2f64.powi(self.exp2) / self.rscale
+    }
+}
+
+/// Everything a row kernel needs that does not change from row to row.
+#[derive(Clone, Copy, Debug)]
+pub struct RowCtx<A: Real> {
+    pub kind: NormKind,
+    pub centred: bool,
+    pub eps: f64,
+    /// Scale constant `C` (1 for the L2 kinds).
+    pub c: A,
+    pub inv_n: A,
+}
+
+/// The row's statistics in the accumulator, before widening.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Raw<A> {
+    pub hi: A,
+    pub lo: A,
+    pub s: A,
+    pub clamped: bool,
+    /// The value whose finiteness tells whether the row was computed without overflow
+    /// (a sum over the whole row: NaN or Inf if any input is, or if the accumulator overflowed).
+    pub check: A,
+    /// Sum of squares, for the underflow test (0 when the kind has none).
+    pub sumsq: A,
+}
+
+impl<A: Real> Raw<A> {
+    pub fn widen(&self, exp2: i32) -> RowStats {
+        RowStats { mean_hi: self.hi.to_f64(), mean_lo: self.lo.to_f64(), rscale: self.s.to_f64(), exp2, clamped: self.clamped }
+    }
+}
+
+/// Mean of the k largest values of `a` (k >= 1), summed in descending order so that the result
+/// does not depend on how the selection arranged them. `a` is reordered.
+pub(crate) fn topk_mean<A: Real>(a: &mut [A], k: usize) -> A {
+    let desc = |x: &A, y: &A| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal);
+    if k < a.len() {
+        a.select_nth_unstable_by(k - 1, desc);
+    }
+    let top = &mut a[..k];
+    top.sort_unstable_by(desc);
+    let mut s = A::zero();
+    for &v in top.iter() {
+        s = s + v;
+    }
+    s / A::from_usize(k)
+}
+
+/// Compute the statistics of `x` (already loaded into the accumulator) with the given eps.
+/// `abs_scratch` has room for n values (Top-k only).
+pub(crate) fn compute<A: Real>(ctx: &RowCtx<A>, x: &[A], eps: A, abs_scratch: &mut [A]) -> Raw<A> {
+    let n = x.len();
+    let one = A::one();
+    let (hi, lo) = if ctx.centred {
+        let hi = lanes::sum_map(x, |v| v) * ctx.inv_n;
+        (hi, A::zero())
+    } else {
+        (A::zero(), A::zero())
+    };
+    match ctx.kind {
+        NormKind::Rms | NormKind::UnitL2 => {
+            let q = lanes::sum_map(x, |v| v * v);
+            if matches!(ctx.kind, NormKind::Rms) {
+                let s = one / (q * ctx.inv_n + eps).sqrt();
+                Raw { hi, lo, s, clamped: false, check: q, sumsq: q }
+            } else {
+                let norm = q.sqrt();
+                // Clamp as F.normalize: max(norm, eps); NaN propagates through `check`.
+                let clamped = !(norm >= eps);
+                let d = if clamped { eps } else { norm };
+                Raw { hi, lo, s: one / d, clamped, check: q, sumsq: q }
+            }
+        }
+        NormKind::Layer => {
+            let (d, q) = lanes::sum_map2(x, |v| v - hi, |v| (v - hi) * (v - hi));
+            let lo = d * ctx.inv_n;
+            let mut var = q * ctx.inv_n - lo * lo;
+            if var < A::zero() {
+                var = A::zero();
+            }
+            let s = one / (var + eps).sqrt();
+            Raw { hi, lo, s, clamped: false, check: hi + q, sumsq: q }
+        }
+        NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
+            let lo = if ctx.centred { lanes::sum_map(x, |v| v - hi) * ctx.inv_n } else { A::zero() };
+            let (stat, check) = match ctx.kind {
+                NormKind::L1 => {
+                    let r = lanes::sum_map(x, |v| ((v - hi) - lo).abs());
+                    (r * ctx.inv_n, r)
+                }
+                NormKind::LInf => lanes::max_and_sum(x, |v| ((v - hi) - lo).abs()),
+                NormKind::TopK { k } => {
+                    let a = &mut abs_scratch[..n];
+                    for (d, &v) in a.iter_mut().zip(x) {
+                        *d = ((v - hi) - lo).abs();
+                    }
+                    let check = lanes::sum_map(a, |v| v);
+                    (topk_mean(a, k), check)
+                }
+                _ => unreachable!(),
+            };
+            let s = one / (ctx.c * stat + eps);
+            Raw { hi, lo, s, clamped: false, check: check + hi, sumsq: A::zero() }
+        }
+    }
+}

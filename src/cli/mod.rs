@@ -1,0 +1,1 @@
+//! The `normlab` command line.

@@ -1,0 +1,14 @@
+//! # normlab
+//!
+//! Low-precision, alternative-norm training experiments.
+//!
+//! - [`norms`] (the crate `normlab-norms`): every normalization as exact CPU math, the reference.
+//! - [`ops`]: the norms as candle ops with autograd.
+//! - [`cli`]: the `normlab` command line.
+//!
+//! Data flows one way: norms, then ops and kernels, then models, then training, then experiments.
+
+pub use normlab_norms as norms;
+
+pub mod cli;
+pub mod ops;

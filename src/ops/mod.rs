@@ -1,0 +1,1 @@
+//! The norms of `normlab-norms` as candle ops with autograd.
