@@ -69,8 +69,10 @@ impl<A: Real> Raw<A> {
     }
 }
 
-/// Mean of the k largest values of `a` (k >= 1), summed in descending order so that the result
-/// does not depend on how the selection arranged them. `a` is reordered.
+/// Mean of the k largest values of `a` (k >= 1). They are sorted descending first, so that the
+/// result does not depend on how the selection arranged them, then summed in lanes: a single
+/// running sum of k sorted (often equal) values rounds the same way k times, an error of up to
+/// k/2 ulps (1e-4 relative for k = 4097 in f32); lanes cut that to k/32. `a` is reordered.
 pub(crate) fn topk_mean<A: Real>(a: &mut [A], k: usize) -> A {
     let desc = |x: &A, y: &A| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal);
     if k < a.len() {
@@ -78,11 +80,7 @@ pub(crate) fn topk_mean<A: Real>(a: &mut [A], k: usize) -> A {
     }
     let top = &mut a[..k];
     top.sort_unstable_by(desc);
-    let mut s = A::zero();
-    for &v in top.iter() {
-        s = s + v;
-    }
-    s / A::from_usize(k)
+    lanes::sum_map(top, |v| v) / A::from_usize(k)
 }
 
 /// Compute the statistics of `x` (already loaded into the accumulator) with the given eps.
