@@ -19,9 +19,11 @@ pub mod counters;
 pub mod element;
 pub mod error;
 pub(crate) mod lanes;
+pub mod nu;
 pub mod quadrature;
 pub mod row;
 pub mod spec;
+pub mod weight;
 
 pub use accum::{Accum, PureBf16, PureF16, Real};
 pub use counters::Counters;

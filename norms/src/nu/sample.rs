@@ -1,0 +1,179 @@
+//! Exact samplers for random unit vectors and for random unit-row matrices applied to vectors.
+//!
+//! Why not draw the matrices: a linear map `W in R^{r x d}` with independent rows uniform on the
+//! unit sphere, applied to a fixed vector `x`, gives coordinates `w_i . x` that are independent and
+//! distributed as `||x|| * t_i`, where `t_i` is one coordinate of a uniform unit vector in `R^d`:
+//!
+//! `t = g_1 / sqrt(g_1^2 + chi^2_{d-1})`, `g_1 ~ N(0, 1)` (density `∝ (1 - t^2)^{(d-3)/2}`).
+//!
+//! So `W x` costs `r` draws instead of `r * d`. The same `W` applied to `m` vectors `x_1..x_m`
+//! only sees their span: in an orthonormal basis of it, the projection of a uniform unit row is
+//! the first `m` coordinates of a uniform unit vector of `R^d`, i.e.
+//! `(g_1..g_m) / sqrt(g_1^2 + .. + g_m^2 + chi^2_{d-m})` (`SphereHead`). And `m` independent
+//! uniform unit vectors, in the Gram-Schmidt basis of their own span, are the normalised rows of
+//! the Bartlett factor `L` of a Gaussian matrix: `L_jj = sqrt(chi^2_{d-j})` (j from 0),
+//! `L_jk ~ N(0, 1)` for `k < j` (`bartlett_unit_rows`). Both are exact in distribution.
+
+use rand::Rng;
+use rand_distr::{ChiSquared, Distribution, StandardNormal};
+
+/// Standard normal draw.
+#[inline]
+pub fn normal<R: Rng + ?Sized>(rng: &mut R) -> f64 {
+    rng.sample(StandardNormal)
+}
+
+/// Chi-squared draws with `k >= 0` degrees of freedom (`k = 0` is the constant 0).
+#[derive(Debug, Clone)]
+pub struct ChiSq {
+    dist: Option<ChiSquared<f64>>,
+}
+
+impl ChiSq {
+    pub fn new(k: usize) -> Self {
+        // k >= 1 is always a valid parameter for ChiSquared.
+        ChiSq { dist: if k == 0 { None } else { ChiSquared::new(k as f64).ok() } }
+    }
+    #[inline]
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> f64 {
+        match &self.dist {
+            Some(d) => d.sample(rng),
+            None => 0.0,
+        }
+    }
+}
+
+/// The first `m` coordinates of a uniform unit vector of `R^d` (`m <= d`).
+#[derive(Debug, Clone)]
+pub struct SphereHead {
+    m: usize,
+    rest: ChiSq,
+}
+
+impl SphereHead {
+    pub fn new(d: usize, m: usize) -> Self {
+        debug_assert!(m <= d && m >= 1);
+        SphereHead { m, rest: ChiSq::new(d - m) }
+    }
+
+    /// Writes the `m` coordinates, multiplied by `scale`, into `out[..m]`.
+    #[inline]
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R, scale: f64, out: &mut [f64]) {
+        let mut ss = 0.0;
+        for o in out[..self.m].iter_mut() {
+            let g = normal(rng);
+            *o = g;
+            ss += g * g;
+        }
+        ss += self.rest.sample(rng);
+        let k = scale / ss.sqrt();
+        for o in out[..self.m].iter_mut() {
+            *o *= k;
+        }
+    }
+
+    /// One coordinate (`m = 1`), multiplied by `scale`.
+    #[inline]
+    pub fn sample_one<R: Rng + ?Sized>(&self, rng: &mut R, scale: f64) -> f64 {
+        let g = normal(rng);
+        scale * g / (g * g + self.rest.sample(rng)).sqrt()
+    }
+}
+
+/// A uniform unit vector of `R^d` (Gaussian, normalised) into `out[..d]`.
+pub fn unit_vector<R: Rng + ?Sized>(rng: &mut R, out: &mut [f64]) {
+    loop {
+        let mut ss = 0.0;
+        for o in out.iter_mut() {
+            let g = normal(rng);
+            *o = g;
+            ss += g * g;
+        }
+        if ss > 0.0 {
+            let k = 1.0 / ss.sqrt();
+            out.iter_mut().for_each(|o| *o *= k);
+            return;
+        }
+    }
+}
+
+/// `m` independent uniform unit vectors of `R^d` (`m <= d`), as the rows of an `m x m`
+/// row-major matrix of coordinates in an orthonormal basis of their span (Bartlett).
+pub fn bartlett_unit_rows<R: Rng + ?Sized>(rng: &mut R, d: usize, m: usize, chis: &[ChiSq], out: &mut [f64]) {
+    debug_assert!(m <= d && chis.len() >= m && out.len() >= m * m);
+    for j in 0..m {
+        let row = &mut out[j * m..(j + 1) * m];
+        let mut ss = 0.0;
+        for (k, v) in row.iter_mut().enumerate() {
+            *v = if k < j {
+                normal(rng)
+            } else if k == j {
+                loop {
+                    let c = chis[j].sample(rng);
+                    if c > 0.0 {
+                        break c.sqrt();
+                    }
+                }
+            } else {
+                0.0
+            };
+            ss += *v * *v;
+        }
+        let s = 1.0 / ss.sqrt();
+        row.iter_mut().for_each(|v| *v *= s);
+    }
+}
+
+/// The chi-squared samplers `bartlett_unit_rows` needs for `(d, m)`: degrees of freedom `d - j`.
+pub fn bartlett_chis(d: usize, m: usize) -> Vec<ChiSq> {
+    (0..m).map(|j| ChiSq::new(d - j)).collect()
+}
+
+/// The uniform-ball radius factor `U^{1/d}` (the norm of a uniform point of the unit `d`-ball).
+#[inline]
+pub fn ball_radius<R: Rng + ?Sized>(rng: &mut R, d: usize) -> f64 {
+    let u: f64 = rng.gen();
+    u.powf(1.0 / d as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn sphere_coordinate_second_moment_is_one_over_d() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for d in [1usize, 2, 7, 64] {
+            let h = SphereHead::new(d, 1);
+            let n = 200_000;
+            let m2: f64 = (0..n).map(|_| h.sample_one(&mut rng, 1.0).powi(2)).sum::<f64>() / n as f64;
+            // Var(t^2) <= E t^4 <= 3/d^2: 5 sigma tolerance.
+            let tol = 5.0 * (3.0f64).sqrt() / d as f64 / (n as f64).sqrt();
+            assert!((m2 - 1.0 / d as f64).abs() < tol, "d={d}: {m2}");
+        }
+    }
+
+    #[test]
+    fn bartlett_rows_are_unit_with_the_right_inner_products() {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let (d, m) = (10, 3);
+        let chis = bartlett_chis(d, m);
+        let mut out = vec![0.0; m * m];
+        let n = 100_000;
+        let mut ip2 = 0.0;
+        for _ in 0..n {
+            bartlett_unit_rows(&mut rng, d, m, &chis, &mut out);
+            for j in 0..m {
+                let s: f64 = out[j * m..(j + 1) * m].iter().map(|v| v * v).sum();
+                assert!((s - 1.0).abs() < 1e-12);
+            }
+            let ip: f64 = (0..m).map(|k| out[k] * out[2 * m + k]).sum();
+            ip2 += ip * ip;
+        }
+        // Two independent unit vectors of R^d: E[(x.y)^2] = 1/d.
+        let v = ip2 / n as f64;
+        assert!((v - 0.1).abs() < 0.003, "{v}");
+    }
+}
