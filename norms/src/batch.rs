@@ -1,1 +1,0 @@
-//! Batch (per-channel) forms: placeholder module replaced in the next step.
