@@ -88,10 +88,13 @@ where
     }
 }
 
-/// Sum of squares of a line in f64 (every square of an f32 value is exact in f64).
+/// Sum of squares of a line in f64 (exact widening; every square of an f32 or narrower value is
+/// exact in f64, only the additions round).
 pub(crate) fn sum_sq<T: Element>(line: &[T]) -> f64 {
-    line.iter().map(|x| {
-        let v = x.to_f32() as f64;
-        v * v
-    }).sum()
+    line.iter()
+        .map(|x| {
+            let v = x.to_f64();
+            v * v
+        })
+        .sum()
 }
