@@ -1,0 +1,261 @@
+//! Execution of the CUDA kernels on the CPU: `src/cuda/rownorm.cu`, compiled as C++20 against the
+//! SIMT emulator by build.rs, launched with the same plans and parameter structs a GPU would get.
+//! This is how the kernels are tested on machines without a GPU (every development and CI machine).
+
+use std::ffi::{c_char, c_void, CStr, CString};
+
+use half::{bf16, f16};
+use normlab_norms::{NormError, NormSpec};
+
+use crate::error::{KernelError, Result};
+use crate::list::{Direction, Storage};
+use crate::params::{BwdParams, FinalizeParams, FwdParams, KernelStats};
+use crate::plan::{plan, Device, LaunchPlan, FINALIZE_THREADS};
+
+extern "C" {
+    fn nl_cpu_launch(
+        name: *const c_char,
+        grid: u32,
+        block: u32,
+        smem: usize,
+        params: *const c_void,
+        order: i32,
+        seed: u64,
+        engine: i32,
+        reverse_blocks: i32,
+    ) -> i32;
+    fn nl_cpu_kernel_count() -> usize;
+    fn nl_cpu_kernel_name(i: usize) -> *const c_char;
+}
+
+/// Which runnable emulated thread the serial engine resumes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Lowest thread first (warp 0 runs ahead).
+    Fwd,
+    /// Highest thread first.
+    Rev,
+    /// Seeded random choice.
+    Random(u64),
+}
+
+/// Emulation engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// Serial under normal builds, parallel under ThreadSanitizer.
+    Default,
+    /// One fiber per CUDA thread, one running at a time, in [`Order`].
+    Serial,
+    /// One OS thread per CUDA thread with real barriers (for ThreadSanitizer).
+    Parallel,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmuOptions {
+    pub order: Order,
+    pub engine: Engine,
+    pub reverse_blocks: bool,
+    pub device: Device,
+}
+
+impl Default for EmuOptions {
+    fn default() -> Self {
+        EmuOptions { order: Order::Fwd, engine: Engine::Default, reverse_blocks: false, device: Device::emulator(3) }
+    }
+}
+
+/// 16-bit storage element types with a kernel instantiation.
+pub trait Half16: Copy + 'static {
+    const STORAGE: Storage;
+}
+impl Half16 for f16 {
+    const STORAGE: Storage = Storage::F16;
+}
+impl Half16 for bf16 {
+    const STORAGE: Storage = Storage::BF16;
+}
+
+/// Names of the kernels the CPU launcher knows (the .cu file's X-macro), sorted.
+pub fn kernel_names() -> Vec<String> {
+    let mut v: Vec<String> = (0..unsafe { nl_cpu_kernel_count() })
+        .map(|i| unsafe { CStr::from_ptr(nl_cpu_kernel_name(i)) }.to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Launch a kernel by name on the emulator. `params` must be the kernel's parameter struct with
+/// pointers valid for everything the kernel touches.
+///
+/// # Safety
+/// The pointers inside `params` must be valid for the launch's shape.
+pub unsafe fn launch_raw<P>(name: &str, grid: u32, block: u32, smem: usize, params: &P, opts: &EmuOptions) -> Result<()> {
+    let c = CString::new(name).map_err(|_| KernelError::UnknownKernel(name.into()))?;
+    let (order, seed) = match opts.order {
+        Order::Fwd => (0, 0),
+        Order::Rev => (1, 0),
+        Order::Random(s) => (2, s),
+    };
+    let engine = match opts.engine {
+        Engine::Default => -1,
+        Engine::Serial => 0,
+        Engine::Parallel => 1,
+    };
+    let rc = nl_cpu_launch(
+        c.as_ptr(),
+        grid,
+        block,
+        smem,
+        params as *const P as *const c_void,
+        order,
+        seed,
+        engine,
+        opts.reverse_blocks as i32,
+    );
+    if rc != 0 {
+        return Err(KernelError::UnknownKernel(name.into()));
+    }
+    Ok(())
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected != got {
+        return Err(NormError::Length { what, expected, got }.into());
+    }
+    Ok(())
+}
+
+fn rows_of<T>(spec: &NormSpec, x: &[T], n: usize) -> Result<usize> {
+    spec.validate(n)?;
+    if x.len() % n != 0 {
+        return Err(NormError::Shape(format!("input of {} elements is not a whole number of rows of n = {n}", x.len())).into());
+    }
+    Ok(x.len() / n)
+}
+
+fn congruent16(ptrs: &[usize]) -> bool {
+    ptrs.iter().all(|&p| p % 16 == ptrs[0] % 16)
+}
+
+fn opt_ptr<T>(v: Option<&[T]>) -> *const c_void {
+    v.map_or(std::ptr::null(), |s| s.as_ptr() as *const c_void)
+}
+
+/// Forward kernel on the emulator: `y` (and `stats`, one per row) from `x` viewed as `[rows, n]`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward<T: Half16>(
+    spec: &NormSpec,
+    x: &[T],
+    n: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    y: &mut [T],
+    stats: Option<&mut [KernelStats]>,
+    opts: &EmuOptions,
+) -> Result<LaunchPlan> {
+    let rows = rows_of(spec, x, n)?;
+    check_len("output", x.len(), y.len())?;
+    if let Some(w) = weight {
+        check_len("weight", n, w.len())?;
+    }
+    if let Some(b) = bias {
+        check_len("bias", n, b.len())?;
+    }
+    let stats_ptr = match stats {
+        Some(s) => {
+            check_len("stats", rows, s.len())?;
+            s.as_mut_ptr()
+        }
+        None => std::ptr::null_mut(),
+    };
+    let p = plan(spec, T::STORAGE, Direction::Forward, rows, n, false, false, &opts.device)?;
+    if rows == 0 {
+        return Ok(p);
+    }
+    let params = FwdParams {
+        x: x.as_ptr() as *const c_void,
+        y: y.as_mut_ptr() as *mut c_void,
+        weight: opt_ptr(weight),
+        bias: opt_ptr(bias),
+        stats: stats_ptr,
+        rows: rows as i64,
+        n: p.n,
+        centred: p.centred as i32,
+        eps: p.eps,
+        c: p.c,
+        k: p.k,
+        vec_ok: congruent16(&[x.as_ptr() as usize, y.as_ptr() as usize]) as i32,
+    };
+    // SAFETY: lengths were checked against the shape the plan launches over.
+    unsafe { launch_raw(&p.kernel, p.grid, p.block, p.smem, &params, opts)? };
+    Ok(p)
+}
+
+/// Backward kernel on the emulator: `dx` from `dy`, and optionally the weight and bias
+/// gradients (fp32 partials per block, summed in block order by the finalize kernel).
+#[allow(clippy::too_many_arguments)]
+pub fn backward<T: Half16>(
+    spec: &NormSpec,
+    x: &[T],
+    dy: &[T],
+    n: usize,
+    stats: &[KernelStats],
+    weight: Option<&[T]>,
+    dx: &mut [T],
+    dweight: Option<&mut [T]>,
+    dbias: Option<&mut [T]>,
+    opts: &EmuOptions,
+) -> Result<LaunchPlan> {
+    let rows = rows_of(spec, x, n)?;
+    check_len("dy", x.len(), dy.len())?;
+    check_len("dx", x.len(), dx.len())?;
+    check_len("stats", rows, stats.len())?;
+    if let Some(w) = weight {
+        check_len("weight", n, w.len())?;
+    }
+    if let Some(d) = dweight.as_deref() {
+        check_len("dweight", n, d.len())?;
+    }
+    if let Some(d) = dbias.as_deref() {
+        check_len("dbias", n, d.len())?;
+    }
+    let want_dw = dweight.is_some();
+    let want_db = dbias.is_some();
+    let p = plan(spec, T::STORAGE, Direction::Backward, rows, n, want_dw, want_db, &opts.device)?;
+    let nparts = if rows == 0 { 0 } else { p.grid as usize };
+    let mut dw_part = vec![0f32; if want_dw { nparts * n } else { 0 }];
+    let mut db_part = vec![0f32; if want_db { nparts * n } else { 0 }];
+    if rows > 0 {
+        let params = BwdParams {
+            x: x.as_ptr() as *const c_void,
+            dy: dy.as_ptr() as *const c_void,
+            stats: stats.as_ptr(),
+            weight: opt_ptr(weight),
+            dx: dx.as_mut_ptr() as *mut c_void,
+            dw_part: if want_dw { dw_part.as_mut_ptr() } else { std::ptr::null_mut() },
+            db_part: if want_db { db_part.as_mut_ptr() } else { std::ptr::null_mut() },
+            rows: rows as i64,
+            n: p.n,
+            centred: p.centred as i32,
+            c: p.c,
+            k: p.k,
+            vec_ok: congruent16(&[x.as_ptr() as usize, dy.as_ptr() as usize, dx.as_ptr() as usize]) as i32,
+        };
+        // SAFETY: lengths were checked against the shape the plan launches over.
+        unsafe { launch_raw(&p.kernel, p.grid, p.block, p.smem, &params, opts)? };
+    }
+    if let Some(fin) = &p.finalize {
+        for (part, out) in [(&dw_part, dweight), (&db_part, dbias)] {
+            let Some(out) = out else { continue };
+            let fp = FinalizeParams {
+                part: part.as_ptr(),
+                out: out.as_mut_ptr() as *mut c_void,
+                nparts: nparts as i32,
+                n: p.n,
+            };
+            // SAFETY: `part` holds nparts * n floats and `out` n elements.
+            unsafe { launch_raw(fin, p.finalize_grid, FINALIZE_THREADS, 0, &fp, opts)? };
+        }
+    }
+    Ok(p)
+}

@@ -1,0 +1,759 @@
+// rownorm.cu: row-form normalizations (RMS, Layer, unit L2, L1, L-inf, Top-k), forward and
+// backward, for fp16 and bf16 storage with fp32 statistics and one rounding on store.
+//
+// Compiled by NVRTC for the GPU (compute_80/compute_90) and, unmodified, as C++20 against
+// simt_cpu.h for execution on the CPU in tests. Formulas (as normlab-norms, docs in norms/src/spec.rs
+// and norms/src/row/mod.rs), with z = x - mu and D the kind's denominator:
+//
+//   forward   y = (z / D) * w + b
+//   backward  dz_j = s (g_j - (g . x^) dD/dz_j),  s = 1/D, x^ = z s, g = dy * w
+//             dx = dz - mean(dz) (centred kinds), dw = sum_rows dy x^, db = sum_rows dy
+//
+// Statistics are those of normlab-norms' RowStats, in fp32:
+// * centred mean by the corrected two-pass algorithm: hi = sum(x)/n, lo = sum(x - hi)/n,
+//   z = (x - hi) - lo; LayerNorm's variance is sum((x - hi)^2)/n - lo^2, clamped at 0.
+// * a row is first scaled by an exact power of two 2^-e when its largest magnitude is outside
+//   [2^-30, 2^40] (bf16 reaches 3e38, whose squares overflow fp32; tiny rows would underflow):
+//   statistics describe the scaled row, eps is scaled with it, e is saved with the statistics.
+// * a row with any non-finite input gets NaN statistics, so its output is all NaN.
+// * L-inf and Top-k select on |z| with ties going to the lowest index.
+//
+// Memory: each input element is read once from DRAM. The row is staged in shared memory in its
+// storage type; every thread then reads back only the elements it loaded (the same mapping is
+// used for every pass), so between the load and the output no barrier is needed except inside
+// the reductions. Global accesses are 16-byte vectors (8 elements) on the aligned body of a row,
+// with scalar head (to reach 16-byte alignment) and tail; all indices are 64-bit.
+//
+// Thread mapping: `warp` kernels give one row to a warp (short rows, n <= 1024, e.g. QK-norm with
+// head_dim 64..128); `block` kernels give one row to a block (wide rows). Both loop over rows with
+// a grid stride (persistent grid). Reductions are fixed trees (xor butterflies, then warp partials
+// summed in warp order), so results do not depend on scheduling.
+//
+// Top-k keeps, per thread, the TOPK_MAX largest |z| in registers (sorted insertion, compile-time
+// indices), then merges across the warp in k rounds of a (value, lane) argmax. k > TOPK_MAX is
+// rejected by the host (normlab_kernels::plan) with a typed error; a kernel launched anyway
+// writes NaN rather than a wrong value.
+//
+// Weight and bias gradients are deterministic: each group accumulates dy*x^ and dy over its rows
+// in shared memory (fp32, row order fixed by the grid), the block writes one fp32 partial row
+// per block (warps added in warp order), and `nl_finalize_*` sums the partials in block order.
+// No atomics.
+
+#ifndef SIMT_CPU
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#else
+#include "simt_cpu.h"
+#endif
+
+namespace nl {
+
+typedef long long i64;
+
+enum Kind { RMS = 0, LAYER = 1, UNIT_L2 = 2, L1 = 3, LINF = 4, TOPK = 5 };
+
+/// Largest k the register top-k supports.
+constexpr int TOPK_MAX = 32;
+/// Elements of 16-bit storage in one 16-byte vector.
+constexpr int VEC = 8;
+/// Rows with max |x| inside [2^RESCUE_LO, 2^RESCUE_HI] are not rescaled (fp32 sums of squares of
+/// up to 2^40 elements stay finite and above the normal range).
+constexpr int RESCUE_LO = -30;
+constexpr int RESCUE_HI = 40;
+
+/// Per-row statistics as saved by the forward: {mean_hi, mean_lo, rscale, meta}, meta holding
+/// the int (exp2 * 2 + clamped) as float bits.
+struct FwdParams {
+  const void* x;
+  void* y;
+  const void* weight;  // optional (null)
+  const void* bias;    // optional (null)
+  float4* stats;       // optional (null), one per row
+  i64 rows;
+  int n;
+  int centred;
+  float eps;
+  float c;  // scale constant C (1 for the L2 kinds)
+  int k;    // Top-k only
+  int vec_ok;  // x and y rows have the same address modulo 16: use 16-byte vectors
+};
+
+struct BwdParams {
+  const void* x;
+  const void* dy;
+  const float4* stats;
+  const void* weight;  // optional
+  void* dx;
+  float* dw_part;  // optional: [gridDim.x][n] fp32 partials of dweight
+  float* db_part;  // optional: [gridDim.x][n] fp32 partials of dbias
+  i64 rows;
+  int n;
+  int centred;
+  float c;
+  int k;
+  int vec_ok;  // x, dy and dx rows congruent modulo 16
+};
+
+struct FinalizeParams {
+  const float* part;  // [nparts][n]
+  void* out;          // [n] in the storage type
+  int nparts;
+  int n;
+};
+
+// ------------------------------------------------------------------ storage conversions
+template <class T> struct Cvt;
+template <> struct Cvt<__half> {
+  static __device__ __forceinline__ float to(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ float bits_to(unsigned short b) { return __half2float(__ushort_as_half(b)); }
+  static __device__ __forceinline__ unsigned short bits_from(float v) { return __half_as_ushort(__float2half_rn(v)); }
+};
+template <> struct Cvt<__nv_bfloat16> {
+  static __device__ __forceinline__ float to(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ float bits_to(unsigned short b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
+  static __device__ __forceinline__ unsigned short bits_from(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+};
+
+union Vec16 {
+  uint4 u;
+  unsigned short h[VEC];
+};
+
+template <class T>
+__device__ __forceinline__ float lanef(const Vec16& v, int j) {
+  return Cvt<T>::bits_to(v.h[j]);
+}
+template <class T>
+__device__ __forceinline__ void set_lane(Vec16& v, int j, float f) {
+  v.h[j] = Cvt<T>::bits_from(f);
+}
+
+// ------------------------------------------------------------------ groups (warp or block)
+/// A row's processing group: one warp (BLOCK = false) or the whole block (BLOCK = true).
+template <bool BLOCK>
+struct Group {
+  __device__ __forceinline__ static int size() { return BLOCK ? (int)blockDim.x : 32; }
+  __device__ __forceinline__ static int rank() { return BLOCK ? (int)threadIdx.x : (int)(threadIdx.x & 31); }
+  __device__ __forceinline__ static int index_in_block() { return BLOCK ? 0 : (int)(threadIdx.x >> 5); }
+  __device__ __forceinline__ static int per_block() { return BLOCK ? 1 : (int)(blockDim.x >> 5); }
+  __device__ __forceinline__ static void sync() {
+    if (BLOCK) __syncthreads(); else __syncwarp();
+  }
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ int warp_sum_int(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+/// Largest value, ties to the lowest index (a total order, so every lane gets the same pair).
+__device__ __forceinline__ void warp_argmax(float& v, i64& idx) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    i64 oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+  }
+}
+
+/// Block reductions: warp butterflies, then every thread adds the warp partials in warp order.
+template <int SLOT>
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float red[32];
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float s = 0.0f;
+  const int nw = (int)(blockDim.x >> 5);
+  for (int w = 0; w < nw; w++) s += red[w];
+  __syncthreads();
+  return s;
+}
+
+template <bool BLOCK>
+__device__ __forceinline__ float group_sum(float v) {
+  if (BLOCK) return block_sum<0>(v);
+  return warp_sum(v);
+}
+
+template <bool BLOCK>
+__device__ __forceinline__ int group_sum_int(int v) {
+  v = warp_sum_int(v);
+  if (!BLOCK) return v;
+  __shared__ int red_i[32];
+  if ((threadIdx.x & 31) == 0) red_i[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int s = 0;
+  const int nw = (int)(blockDim.x >> 5);
+  for (int w = 0; w < nw; w++) s += red_i[w];
+  __syncthreads();
+  return s;
+}
+
+template <bool BLOCK>
+__device__ __forceinline__ float group_max(float v) {
+  v = warp_max(v);
+  if (!BLOCK) return v;
+  __shared__ float red_m[32];
+  if ((threadIdx.x & 31) == 0) red_m[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float s = red_m[0];
+  const int nw = (int)(blockDim.x >> 5);
+  for (int w = 1; w < nw; w++) s = fmaxf(s, red_m[w]);
+  __syncthreads();
+  return s;
+}
+
+template <bool BLOCK>
+__device__ __forceinline__ void group_argmax(float& v, i64& idx) {
+  warp_argmax(v, idx);
+  if (!BLOCK) return;
+  __shared__ float red_v[32];
+  __shared__ i64 red_x[32];
+  if ((threadIdx.x & 31) == 0) {
+    red_v[threadIdx.x >> 5] = v;
+    red_x[threadIdx.x >> 5] = idx;
+  }
+  __syncthreads();
+  v = red_v[0];
+  idx = red_x[0];
+  const int nw = (int)(blockDim.x >> 5);
+  for (int w = 1; w < nw; w++)
+    if (red_v[w] > v || (red_v[w] == v && red_x[w] < idx)) { v = red_v[w]; idx = red_x[w]; }
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------ row layout
+/// How a row splits into a scalar head (up to the first 16-byte boundary), 16-byte vectors and a
+/// scalar tail. Shared-memory slot of element i is i + VEC - head, so vectors are aligned there too.
+struct RowMap {
+  int head;
+  int nvec;
+  int n;
+};
+
+__device__ __forceinline__ RowMap row_map(const void* row, int n, int vec_ok) {
+  RowMap m;
+  m.n = n;
+  if (!vec_ok) {  // everything is scalar "tail"
+    m.head = 0;
+    m.nvec = 0;
+    return m;
+  }
+  const unsigned long long a = (unsigned long long)row;
+  int head = (int)(((16u - (unsigned)(a & 15u)) & 15u) >> 1);
+  if (head > n) head = n;
+  m.head = head;
+  m.nvec = (n - head) / VEC;
+  return m;
+}
+
+/// Shared-memory slots per staged row (16-byte multiple).
+__device__ __forceinline__ int row_slots(int n) { return ((n + 2 * VEC - 1) / VEC) * VEC; }
+
+/// Copy this thread's part of a row from global to shared memory and call f(i, value) on each.
+template <class T, class F>
+__device__ __forceinline__ void load_row(const T* __restrict__ g, T* s, const RowMap& m, int G, int r, F&& f) {
+  if (r < m.head) {
+    T v = g[r];
+    s[r + VEC - m.head] = v;
+    f((i64)r, Cvt<T>::to(v));
+  }
+  for (int v = r; v < m.nvec; v += G) {
+    const i64 i0 = (i64)m.head + (i64)v * VEC;
+    Vec16 q;
+    q.u = *reinterpret_cast<const uint4*>(g + i0);
+    *reinterpret_cast<uint4*>(s + VEC + (i64)v * VEC) = q.u;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q, j));
+  }
+  for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) {
+    T v = g[i];
+    s[i + VEC - m.head] = v;
+    f(i, Cvt<T>::to(v));
+  }
+}
+
+/// Call f(i, value) on this thread's elements of a staged row.
+template <class T, class F>
+__device__ __forceinline__ void visit_row(const T* s, const RowMap& m, int G, int r, F&& f) {
+  if (r < m.head) f((i64)r, Cvt<T>::to(s[r + VEC - m.head]));
+  for (int v = r; v < m.nvec; v += G) {
+    const i64 i0 = (i64)m.head + (i64)v * VEC;
+    Vec16 q;
+    q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q, j));
+  }
+  for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) f(i, Cvt<T>::to(s[i + VEC - m.head]));
+}
+
+/// Visit two staged rows with the same map (x and dy) and call f(i, x, dy).
+template <class T, class F>
+__device__ __forceinline__ void visit_row2(const T* s, const T* s2, const RowMap& m, int G, int r, F&& f) {
+  if (r < m.head) f((i64)r, Cvt<T>::to(s[r + VEC - m.head]), Cvt<T>::to(s2[r + VEC - m.head]));
+  for (int v = r; v < m.nvec; v += G) {
+    const i64 i0 = (i64)m.head + (i64)v * VEC;
+    Vec16 q, q2;
+    q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
+    q2.u = *reinterpret_cast<const uint4*>(s2 + VEC + (i64)v * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q, j), lanef<T>(q2, j));
+  }
+  for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G)
+    f(i, Cvt<T>::to(s[i + VEC - m.head]), Cvt<T>::to(s2[i + VEC - m.head]));
+}
+
+/// Store out(i, x_i, dy_i) for this thread's elements into global `o` (same map as the staged
+/// rows; 16-byte vector stores on the body).
+template <class T, class F>
+__device__ __forceinline__ void store_row(T* __restrict__ o, const T* s, const T* s2, const RowMap& m, int G, int r,
+                                          F&& out) {
+  if (r < m.head) {
+    const int sl = r + VEC - m.head;
+    o[r] = Cvt<T>::from(out((i64)r, Cvt<T>::to(s[sl]), s2 ? Cvt<T>::to(s2[sl]) : 0.0f));
+  }
+  for (int v = r; v < m.nvec; v += G) {
+    const i64 i0 = (i64)m.head + (i64)v * VEC;
+    Vec16 q, q2, res;
+    q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
+    if (s2) q2.u = *reinterpret_cast<const uint4*>(s2 + VEC + (i64)v * VEC);
+    else q2.u = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int j = 0; j < VEC; j++) set_lane<T>(res, j, out(i0 + j, lanef<T>(q, j), s2 ? lanef<T>(q2, j) : 0.0f));
+    *reinterpret_cast<uint4*>(o + i0) = res.u;
+  }
+  for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) {
+    const i64 sl = i + VEC - m.head;
+    o[i] = Cvt<T>::from(out(i, Cvt<T>::to(s[sl]), s2 ? Cvt<T>::to(s2[sl]) : 0.0f));
+  }
+}
+
+// ------------------------------------------------------------------ Top-k
+/// Insert v into the descending list a (kept in registers: every index is a compile-time constant).
+__device__ __forceinline__ void topk_insert(float (&a)[TOPK_MAX], float v) {
+  if (!(v > a[TOPK_MAX - 1])) return;
+#pragma unroll
+  for (int i = 0; i < TOPK_MAX; i++) {
+    const float hi = fmaxf(a[i], v);
+    v = fminf(a[i], v);
+    a[i] = hi;
+  }
+}
+
+/// Result of a top-k merge: the sum of the k largest (added in descending order, as the CPU
+/// path), the k-th largest value and how many of the k are strictly larger than it.
+struct TopkResult {
+  float sum;
+  float kth;
+  int n_gt;
+};
+
+/// k rounds over the warp: the largest list head wins (ties to the lowest lane) and is popped.
+/// If `out` is given, lane 0 writes the winners there in order.
+__device__ __forceinline__ TopkResult warp_topk_merge(float (&a)[TOPK_MAX], int k, float* out) {
+  const int lane = (int)(threadIdx.x & 31);
+  TopkResult r{0.0f, 0.0f, 0};
+  int run = 0;
+  for (int t = 0; t < k; t++) {
+    float v = a[0];
+    int l = lane;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int ol = __shfl_xor_sync(0xffffffffu, l, o);
+      if (ov > v || (ov == v && ol < l)) { v = ov; l = ol; }
+    }
+    r.sum += v;
+    run = (t > 0 && v == r.kth) ? run + 1 : 1;
+    r.kth = v;
+    if (out && lane == 0) out[t] = v;
+    if (lane == l) {
+#pragma unroll
+      for (int i = 0; i < TOPK_MAX - 1; i++) a[i] = a[i + 1];
+      a[TOPK_MAX - 1] = -1.0f;
+    }
+  }
+  r.n_gt = k - run;
+  return r;
+}
+
+/// Top-k merge over the group. Block groups: every warp merges its own lists, writes its k
+/// winners to shared memory, then every warp merges the warps' lists (redundantly, so no
+/// broadcast is needed).
+template <bool BLOCK>
+__device__ __forceinline__ TopkResult group_topk(float (&a)[TOPK_MAX], int k) {
+  if (!BLOCK) return warp_topk_merge(a, k, nullptr);
+  __shared__ float s_top[32 * TOPK_MAX];
+  const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+  warp_topk_merge(a, k, s_top + warp * TOPK_MAX);
+  __syncthreads();
+  const int nw = (int)(blockDim.x >> 5);
+#pragma unroll
+  for (int i = 0; i < TOPK_MAX; i++) a[i] = (lane < nw && i < k) ? s_top[lane * TOPK_MAX + i] : -1.0f;
+  TopkResult r = warp_topk_merge(a, k, nullptr);
+  __syncthreads();
+  return r;
+}
+
+/// Index of the last selected element among those with |z| == kth when only `needed` of them
+/// are selected (lowest indices first): a scan of the staged row in index order.
+template <class T, bool BLOCK, class Z>
+__device__ __forceinline__ i64 tie_cut(const T* s, const RowMap& m, float kth, int needed, Z&& absz) {
+  const int G = Group<BLOCK>::size(), r = Group<BLOCK>::rank();
+  const int lane = (int)(threadIdx.x & 31), warp = r >> 5;
+  __shared__ int s_cnt[32];
+  __shared__ long long s_cut;
+  int base = 0;
+  i64 cut = -1;
+  for (i64 c0 = 0; c0 < m.n; c0 += G) {
+    const i64 i = c0 + r;
+    const bool eq = i < m.n && absz(Cvt<T>::to(s[i + VEC - m.head])) == kth;
+    const unsigned b = __ballot_sync(0xffffffffu, eq);
+    int before = __popc(b & ((1u << lane) - 1u));
+    int chunk_total = __popc(b);
+    if (BLOCK) {
+      if (lane == 0) s_cnt[warp] = chunk_total;
+      __syncthreads();
+      int wbefore = 0;
+      chunk_total = 0;
+      const int nw = (int)(blockDim.x >> 5);
+      for (int w = 0; w < nw; w++) {
+        if (w < warp) wbefore += s_cnt[w];
+        chunk_total += s_cnt[w];
+      }
+      before += wbefore;
+      __syncthreads();
+    }
+    if (eq && base + before == needed - 1) cut = i;
+    base += chunk_total;
+    if (base >= needed) break;  // uniform: base is the same in every thread
+  }
+  // Exactly one thread found the cut; share it.
+  if (!BLOCK) {
+    const unsigned who = __ballot_sync(0xffffffffu, cut >= 0);
+    return __shfl_sync(0xffffffffu, cut, who ? __ffs((int)who) - 1 : 0);
+  }
+  if (r == 0) s_cut = -1;
+  __syncthreads();
+  if (cut >= 0) s_cut = cut;
+  __syncthreads();
+  cut = s_cut;
+  __syncthreads();
+  return cut;
+}
+
+// ------------------------------------------------------------------ rescue and eps
+/// Exponent e with the row scaled by 2^-e (0: no scaling) given max |x|.
+__device__ __forceinline__ int rescue_exponent(float amax) {
+  if (!(amax > 0.0f)) return 0;
+  int ex;
+  frexpf(amax, &ex);  // amax = f 2^ex, f in [0.5, 1)
+  const int e = ex - 1;  // floor(log2(amax))
+  return (e < RESCUE_LO || e > RESCUE_HI) ? e : 0;
+}
+
+__device__ __forceinline__ float scale_by(float v, int e) { return e ? ldexpf(v, -e) : v; }
+
+__device__ __forceinline__ float stats_meta(int e, bool clamped) { return __int_as_float(e * 2 + (clamped ? 1 : 0)); }
+
+// ------------------------------------------------------------------ shared memory
+#ifdef SIMT_CPU
+#define NL_DYNAMIC_SMEM(name) unsigned char* name = simt::dynamic_shared<unsigned char>()
+#else
+#define NL_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+// ------------------------------------------------------------------ forward
+template <class T, int KIND, bool BLOCK>
+__device__ __forceinline__ void fwd(const FwdParams& p) {
+  NL_DYNAMIC_SMEM(smem);
+  typedef Group<BLOCK> Gr;
+  const int n = p.n;
+  const int G = Gr::size(), r = Gr::rank();
+  T* s_x = reinterpret_cast<T*>(smem) + (i64)Gr::index_in_block() * row_slots(n);
+  const T* __restrict__ wgt = static_cast<const T*>(p.weight);
+  const T* __restrict__ bia = static_cast<const T*>(p.bias);
+  const float inv_n = 1.0f / (float)n;
+  const bool centred = p.centred != 0;
+  const i64 stride = (i64)gridDim.x * Gr::per_block();
+  for (i64 row = (i64)blockIdx.x * Gr::per_block() + Gr::index_in_block(); row < p.rows; row += stride) {
+    const T* xr = static_cast<const T*>(p.x) + row * n;
+    T* yr = static_cast<T*>(p.y) + row * n;
+    const RowMap m = row_map(xr, n, p.vec_ok);
+    float amax = 0.0f;
+    int bad = 0;
+    load_row<T>(xr, s_x, m, G, r, [&](i64, float v) {
+      amax = fmaxf(amax, fabsf(v));
+      bad += isfinite(v) ? 0 : 1;
+    });
+    amax = group_max<BLOCK>(amax);
+    bad = group_sum_int<BLOCK>(bad);
+    float hi = 0.0f, lo = 0.0f, s;
+    int e = 0;
+    bool clamped = false;
+    if (bad) {
+      hi = lo = s = __int_as_float(0x7fc00000);
+    } else {
+      e = rescue_exponent(amax);
+      const bool l2 = KIND == RMS || KIND == LAYER;
+      const float eps_s = ldexpf(p.eps, l2 ? -2 * e : -e);
+      if (centred) {
+        float a = 0.0f;
+        visit_row<T>(s_x, m, G, r, [&](i64, float v) { a += scale_by(v, e); });
+        hi = group_sum<BLOCK>(a) * inv_n;
+      }
+      float stat;  // the kind's statistic: mean square, variance, norm or C * mean |z| etc.
+      if (KIND == RMS || KIND == UNIT_L2) {
+        float q = 0.0f;
+        visit_row<T>(s_x, m, G, r, [&](i64, float v) { const float x = scale_by(v, e); q += x * x; });
+        q = group_sum<BLOCK>(q);
+        stat = KIND == RMS ? q * inv_n : sqrtf(q);
+      } else if (KIND == LAYER) {
+        float d = 0.0f, q = 0.0f;
+        visit_row<T>(s_x, m, G, r, [&](i64, float v) {
+          const float t = scale_by(v, e) - hi;
+          d += t;
+          q += t * t;
+        });
+        d = group_sum<BLOCK>(d);
+        q = group_sum<BLOCK>(q);
+        lo = d * inv_n;
+        stat = fmaxf(q * inv_n - lo * lo, 0.0f);
+      } else {
+        if (centred) {
+          float d = 0.0f;
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { d += scale_by(v, e) - hi; });
+          lo = group_sum<BLOCK>(d) * inv_n;
+        }
+        if (KIND == L1) {
+          float a = 0.0f;
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { a += fabsf((scale_by(v, e) - hi) - lo); });
+          stat = group_sum<BLOCK>(a) * inv_n;
+        } else if (KIND == LINF) {
+          float a = 0.0f;
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { a = fmaxf(a, fabsf((scale_by(v, e) - hi) - lo)); });
+          stat = group_max<BLOCK>(a);
+        } else {
+          float a[TOPK_MAX];
+#pragma unroll
+          for (int i = 0; i < TOPK_MAX; i++) a[i] = -1.0f;
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { topk_insert(a, fabsf((scale_by(v, e) - hi) - lo)); });
+          const int k = p.k;
+          if (k >= 1 && k <= TOPK_MAX) stat = group_topk<BLOCK>(a, k).sum / (float)k;
+          else stat = __int_as_float(0x7fc00000);
+        }
+      }
+      if (!isfinite(eps_s)) {
+        // eps dominates completely (a tiny row scaled up): D = sqrt(eps) or eps, unscaled.
+        const float d = l2 ? sqrtf(p.eps) : p.eps;
+        s = ldexpf(1.0f / d, e);
+        clamped = KIND == UNIT_L2;
+      } else if (KIND == RMS || KIND == LAYER) {
+        s = 1.0f / sqrtf(stat + eps_s);
+      } else if (KIND == UNIT_L2) {
+        clamped = !(stat >= eps_s);
+        s = 1.0f / (clamped ? eps_s : stat);
+      } else {
+        s = 1.0f / (p.c * stat + eps_s);
+      }
+    }
+    store_row<T>(yr, s_x, static_cast<const T*>(nullptr), m, G, r, [&](i64 i, float v, float) {
+      const float x = scale_by(v, e);
+      float o = (centred ? (x - hi) - lo : x) * s;
+      if (wgt) o *= Cvt<T>::to(wgt[i]);
+      if (bia) o += Cvt<T>::to(bia[i]);
+      return o;
+    });
+    if (p.stats && r == 0) p.stats[row] = make_float4(hi, lo, s, stats_meta(e, clamped));
+    Gr::sync();  // the next row may map shared slots to other threads
+  }
+}
+
+// ------------------------------------------------------------------ backward
+template <class T, int KIND, bool BLOCK>
+__device__ __forceinline__ void bwd(const BwdParams& p) {
+  NL_DYNAMIC_SMEM(smem);
+  typedef Group<BLOCK> Gr;
+  const int n = p.n;
+  const int G = Gr::size(), r = Gr::rank(), gi = Gr::index_in_block();
+  const bool want_dw = p.dw_part != nullptr, want_db = p.db_part != nullptr;
+  // Layout per group: x slots, dy slots, then (if wanted) fp32 dw and db accumulators.
+  const i64 slots = row_slots(n);
+  const i64 group_bytes = slots * 2 * (i64)sizeof(T) + (want_dw ? 4 * (i64)n : 0) + (want_db ? 4 * (i64)n : 0);
+  unsigned char* mine = smem + gi * group_bytes;
+  T* s_x = reinterpret_cast<T*>(mine);
+  T* s_dy = s_x + slots;
+  float* acc_dw = reinterpret_cast<float*>(s_dy + slots);
+  float* acc_db = acc_dw + (want_dw ? n : 0);
+  for (i64 i = r; i < n; i += G) {
+    if (want_dw) acc_dw[i] = 0.0f;
+    if (want_db) acc_db[i] = 0.0f;
+  }
+  Gr::sync();
+  const T* __restrict__ wgt = static_cast<const T*>(p.weight);
+  const float inv_n = 1.0f / (float)n;
+  const bool centred = p.centred != 0;
+  const i64 stride = (i64)gridDim.x * Gr::per_block();
+  for (i64 row = (i64)blockIdx.x * Gr::per_block() + gi; row < p.rows; row += stride) {
+    const T* xr = static_cast<const T*>(p.x) + row * n;
+    const T* dyr = static_cast<const T*>(p.dy) + row * n;
+    T* dxr = static_cast<T*>(p.dx) + row * n;
+    const RowMap m = row_map(xr, n, p.vec_ok);
+    load_row<T>(xr, s_x, m, G, r, [](i64, float) {});
+    load_row<T>(dyr, s_dy, m, G, r, [](i64, float) {});
+    const float4 st = p.stats[row];
+    const float hi = st.x, lo = st.y, s = st.z;
+    const int meta = __float_as_int(st.w);
+    const int e = meta >> 1;
+    const bool clamped = (meta & 1) != 0;
+    auto zof = [&](float v) {
+      const float x = scale_by(v, e);
+      return centred ? (x - hi) - lo : x;
+    };
+    // Selections of L-inf and Top-k on |z|, ties to the lowest index.
+    i64 argmax = -1;
+    float kth = 0.0f;
+    i64 cut = (i64)n;
+    if (KIND == LINF) {
+      float best = -1.0f;
+      i64 bi = (i64)n;
+      visit_row<T>(s_x, m, G, r, [&](i64 i, float v) {
+        const float a = fabsf(zof(v));
+        if (a > best || (a == best && i < bi)) { best = a; bi = i; }
+      });
+      group_argmax<BLOCK>(best, bi);
+      argmax = bi;
+    } else if (KIND == TOPK) {
+      float a[TOPK_MAX];
+#pragma unroll
+      for (int i = 0; i < TOPK_MAX; i++) a[i] = -1.0f;
+      visit_row<T>(s_x, m, G, r, [&](i64, float v) { topk_insert(a, fabsf(zof(v))); });
+      const int k = (p.k >= 1 && p.k <= TOPK_MAX) ? p.k : 1;
+      const TopkResult t = group_topk<BLOCK>(a, k);
+      kth = t.kth;
+      const int needed = k - t.n_gt;
+      int eq = 0;
+      visit_row<T>(s_x, m, G, r, [&](i64, float v) { eq += fabsf(zof(v)) == kth ? 1 : 0; });
+      eq = group_sum_int<BLOCK>(eq);
+      if (eq > needed) {
+        Gr::sync();  // the scan reads elements staged by other threads
+        cut = tie_cut<T, BLOCK>(s_x, m, kth, needed, [&](float v) { return fabsf(zof(v)); });
+      }
+    }
+    // Weight/bias gradient accumulation and the dot product g . x^.
+    float dot = 0.0f;
+    visit_row2<T>(s_x, s_dy, m, G, r, [&](i64 i, float v, float dy) {
+      const float xh = zof(v) * s;
+      if (want_dw) acc_dw[i] += dy * xh;
+      if (want_db) acc_db[i] += dy;
+      const float g = wgt ? dy * Cvt<T>::to(wgt[i]) : dy;
+      dot += g * xh;
+    });
+    dot = group_sum<BLOCK>(dot);
+    const float k_f = (float)((p.k >= 1 && p.k <= TOPK_MAX) ? p.k : 1);
+    auto dz = [&](i64 i, float v, float dy) {
+      const float z = zof(v);
+      const float xh = z * s;
+      const float g = wgt ? dy * Cvt<T>::to(wgt[i]) : dy;
+      const float sg = z > 0.0f ? 1.0f : (z < 0.0f ? -1.0f : 0.0f);
+      if (KIND == RMS || KIND == LAYER) return s * (g - xh * (dot * inv_n));
+      if (KIND == UNIT_L2) return clamped ? s * g : s * (g - xh * dot);
+      if (KIND == L1) return s * (g - sg * (dot * p.c * inv_n));
+      if (KIND == LINF) return i == argmax ? s * g - s * (sg * (dot * p.c)) : s * g;
+      // TOPK
+      const float a = fabsf(z);
+      const bool sel = a > kth || (a == kth && i <= cut);
+      return sel ? s * (g - sg * (dot * p.c / k_f)) : s * g;
+    };
+    float mean = 0.0f;
+    if (centred) {
+      float a = 0.0f;
+      visit_row2<T>(s_x, s_dy, m, G, r, [&](i64 i, float v, float dy) { a += dz(i, v, dy); });
+      mean = group_sum<BLOCK>(a) * inv_n;
+    }
+    store_row<T>(dxr, s_x, s_dy, m, G, r, [&](i64 i, float v, float dy) { return scale_by(dz(i, v, dy) - mean, e); });
+    Gr::sync();
+  }
+  // One fp32 partial row per block: groups added in group order.
+  if (want_dw || want_db) {
+    __syncthreads();
+    const int ng = Gr::per_block();
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+      float sw = 0.0f, sb = 0.0f;
+      for (int g = 0; g < ng; g++) {
+        const float* a = reinterpret_cast<const float*>(smem + g * group_bytes + slots * 2 * (i64)sizeof(T));
+        if (want_dw) sw += a[i];
+        if (want_db) sb += a[(want_dw ? n : 0) + i];
+      }
+      if (want_dw) p.dw_part[(i64)blockIdx.x * n + i] = sw;
+      if (want_db) p.db_part[(i64)blockIdx.x * n + i] = sb;
+    }
+  }
+}
+
+/// Sum the per-block partials in block order and round once to the storage type.
+template <class T>
+__device__ __forceinline__ void finalize(const FinalizeParams& p) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += (i64)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int b = 0; b < p.nparts; b++) s += p.part[(i64)b * p.n + i];
+    static_cast<T*>(p.out)[i] = Cvt<T>::from(s);
+  }
+}
+
+}  // namespace nl
+
+// ------------------------------------------------------------------ the kernel list
+// Every kernel is an extern "C" entry point named nl_<kind>_<fwd|bwd>_<f16|bf16>_<warp|block>, plus
+// nl_finalize_<f16|bf16>. normlab_kernels::list builds the same names; the compile gate checks
+// that NVRTC's PTX has exactly those entries.
+#define NL_WARP_THREADS 128
+#define NL_BLOCK_THREADS_MAX 512
+
+#define NL_FOR_EACH_KIND(X, ...)        \
+  X(rms, RMS, __VA_ARGS__)              \
+  X(layer, LAYER, __VA_ARGS__)          \
+  X(unit_l2, UNIT_L2, __VA_ARGS__)      \
+  X(l1, L1, __VA_ARGS__)                \
+  X(linf, LINF, __VA_ARGS__)            \
+  X(topk, TOPK, __VA_ARGS__)
+
+#define NL_FOR_EACH_DTYPE(X, ...) \
+  X(f16, __half, __VA_ARGS__)     \
+  X(bf16, __nv_bfloat16, __VA_ARGS__)
+
+#define NL_ROW_KERNELS_FOR_KIND(name, KIND, tn, T)                                                               \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS) nl_##name##_fwd_##tn##_warp(nl::FwdParams p) {   \
+    nl::fwd<T, nl::KIND, false>(p);                                                                              \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX) nl_##name##_fwd_##tn##_block(nl::FwdParams p) { \
+    nl::fwd<T, nl::KIND, true>(p);                                                                               \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS) nl_##name##_bwd_##tn##_warp(nl::BwdParams p) {   \
+    nl::bwd<T, nl::KIND, false>(p);                                                                              \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX) nl_##name##_bwd_##tn##_block(nl::BwdParams p) { \
+    nl::bwd<T, nl::KIND, true>(p);                                                                               \
+  }
+
+#define NL_ROW_KERNELS_FOR_DTYPE(tn, T, ...) NL_FOR_EACH_KIND(NL_ROW_KERNELS_FOR_KIND, tn, T)
+NL_FOR_EACH_DTYPE(NL_ROW_KERNELS_FOR_DTYPE, _)
+
+#define NL_FINALIZE_KERNEL(tn, T, ...) \
+  extern "C" __global__ void nl_finalize_##tn(nl::FinalizeParams p) { nl::finalize<T>(p); }
+NL_FOR_EACH_DTYPE(NL_FINALIZE_KERNEL, _)

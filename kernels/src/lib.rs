@@ -1,0 +1,27 @@
+//! # normlab-kernels
+//!
+//! The CUDA kernels of normlab (row forms of RMS, Layer, unit-L2, L1, L-inf and Top-k norms,
+//! forward and backward, fp16 and bf16 storage with fp32 statistics) and everything needed to
+//! prove them without a GPU:
+//!
+//! - [`sources`]: the CUDA C sources embedded as strings (`include_str!`), for NVRTC at run time.
+//! - [`list`]: every kernel entry point (the names the .cu file's X-macro defines).
+//! - [`plan`]: host-side launch planning: validation with typed errors (k > 32, rows too wide for
+//!   shared memory, unsupported dtypes), thread mapping, grid, shared memory.
+//! - [`params`]: the `#[repr(C)]` kernel parameter structs and the saved per-row statistics.
+//! - [`cpu`]: execution of the very same .cu files on the CPU through the SIMT emulator
+//!   (`src/cuda/simt_cpu.h`), used by the tests against normlab-norms' f64 reference.
+//!
+//! See `kernels/README.md` for the thread mappings, byte counts and the compile-gate report.
+
+pub mod cpu;
+pub mod error;
+pub mod list;
+pub mod params;
+pub mod plan;
+pub mod sources;
+
+pub use error::{KernelError, Result};
+pub use list::{Direction, KernelId, Mapping, Storage};
+pub use params::KernelStats;
+pub use plan::{Device, LaunchPlan};

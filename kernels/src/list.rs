@@ -1,0 +1,119 @@
+//! Every kernel entry point. The names follow `src/cuda/rownorm.cu`'s X-macro:
+//! `nl_<kind>_<fwd|bwd>_<f16|bf16>_<warp|block>` and `nl_finalize_<f16|bf16>`. The tests check
+//! that this list, the CPU launcher's table and NVRTC's PTX entries are the same set.
+
+use normlab_norms::{DType, NormKind};
+
+use crate::error::{KernelError, Result};
+
+/// 16-bit storage types the kernels are instantiated for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Storage {
+    F16,
+    BF16,
+}
+
+impl Storage {
+    pub const ALL: [Storage; 2] = [Storage::F16, Storage::BF16];
+    pub fn name(self) -> &'static str {
+        match self {
+            Storage::F16 => "f16",
+            Storage::BF16 => "bf16",
+        }
+    }
+    pub fn dtype(self) -> DType {
+        match self {
+            Storage::F16 => DType::F16,
+            Storage::BF16 => DType::BF16,
+        }
+    }
+    pub fn from_dtype(d: DType) -> Result<Self> {
+        match d {
+            DType::F16 => Ok(Storage::F16),
+            DType::BF16 => Ok(Storage::BF16),
+            other => Err(KernelError::UnsupportedDType(other)),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Forward,
+    Backward,
+}
+
+/// Thread mapping: a warp per row (short rows) or a block per row (wide rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mapping {
+    Warp,
+    Block,
+}
+
+/// The kernel families (the norm kinds; Top-k's k is a runtime parameter).
+pub const KINDS: [&str; 6] = ["rms", "layer", "unit_l2", "l1", "linf", "topk"];
+
+pub fn kind_name(kind: NormKind) -> &'static str {
+    match kind {
+        NormKind::Rms => "rms",
+        NormKind::Layer => "layer",
+        NormKind::UnitL2 => "unit_l2",
+        NormKind::L1 => "l1",
+        NormKind::LInf => "linf",
+        NormKind::TopK { .. } => "topk",
+    }
+}
+
+/// One row-norm kernel instantiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelId {
+    pub kind: &'static str,
+    pub dir: Direction,
+    pub storage: Storage,
+    pub mapping: Mapping,
+}
+
+impl KernelId {
+    pub fn name(&self) -> String {
+        let d = match self.dir {
+            Direction::Forward => "fwd",
+            Direction::Backward => "bwd",
+        };
+        let m = match self.mapping {
+            Mapping::Warp => "warp",
+            Mapping::Block => "block",
+        };
+        format!("nl_{}_{}_{}_{}", self.kind, d, self.storage.name(), m)
+    }
+    /// Kernels that move rows with 16-byte vectors (all row kernels; the finalize kernel does not).
+    pub fn vectorized(&self) -> bool {
+        true
+    }
+}
+
+/// Name of the weight/bias gradient finalize kernel for a storage type.
+pub fn finalize_name(s: Storage) -> String {
+    format!("nl_finalize_{}", s.name())
+}
+
+/// Every row-norm kernel.
+pub fn row_kernels() -> Vec<KernelId> {
+    let mut v = Vec::new();
+    for storage in Storage::ALL {
+        for kind in KINDS {
+            for dir in [Direction::Forward, Direction::Backward] {
+                for mapping in [Mapping::Warp, Mapping::Block] {
+                    v.push(KernelId { kind, dir, storage, mapping });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Every entry point name (row kernels and finalize kernels), sorted.
+pub fn all_names() -> Vec<String> {
+    let mut v: Vec<String> = row_kernels().iter().map(|k| k.name()).collect();
+    v.extend(Storage::ALL.iter().map(|&s| finalize_name(s)));
+    v.sort();
+    v
+}

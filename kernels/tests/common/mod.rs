@@ -1,0 +1,149 @@
+//! Shared test helpers: deterministic data, the f64 reference (normlab-norms with f64 storage
+//! and `Accum::F64`), and ulp comparisons.
+#![allow(dead_code)]
+
+use half::{bf16, f16};
+use normlab_kernels::cpu::{self, EmuOptions, Half16};
+use normlab_kernels::KernelStats;
+use normlab_norms::{row, Accum, DType, NormSpec, RowStats};
+
+/// Conversions between the 16-bit types and f64 for the tests.
+pub trait H: Half16 + PartialEq + std::fmt::Debug {
+    const DT: DType;
+    fn from64(v: f64) -> Self;
+    fn to64(self) -> f64;
+}
+impl H for f16 {
+    const DT: DType = DType::F16;
+    fn from64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn to64(self) -> f64 {
+        self.to_f64()
+    }
+}
+impl H for bf16 {
+    const DT: DType = DType::BF16;
+    fn from64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    fn to64(self) -> f64 {
+        self.to_f64()
+    }
+}
+
+/// xorshift64*: deterministic, no dependencies.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u = self.uniform().max(1e-300);
+        let v = self.uniform();
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+/// Kinds of row content.
+#[derive(Clone, Copy, Debug)]
+pub enum Data {
+    /// N(mean, scale^2).
+    Normal { mean: f64, scale: f64 },
+    /// Small integers in [-m, m]: many exact ties (L-inf and Top-k tie rule).
+    Ints(i32),
+}
+
+pub fn gen<T: H>(rng: &mut Rng, len: usize, d: Data) -> Vec<T> {
+    (0..len)
+        .map(|_| match d {
+            Data::Normal { mean, scale } => T::from64(mean + scale * rng.normal()),
+            Data::Ints(m) => T::from64(((rng.next_u64() % (2 * m as u64 + 1)) as i64 - m as i64) as f64),
+        })
+        .collect()
+}
+
+pub fn to64<T: H>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|x| x.to64()).collect()
+}
+
+/// f64 reference forward: output (unrounded, f64) and statistics.
+pub fn ref_forward<T: H>(spec: &NormSpec, x: &[T], n: usize, w: Option<&[T]>, b: Option<&[T]>) -> (Vec<f64>, Vec<RowStats>) {
+    let x64 = to64(x);
+    let w64 = w.map(to64);
+    let b64 = b.map(to64);
+    let mut y = vec![0.0; x.len()];
+    let mut st = vec![RowStats::default(); x.len() / n];
+    row::forward(spec, Accum::F64, &x64, n, w64.as_deref(), b64.as_deref(), &mut y, Some(&mut st)).unwrap();
+    (y, st)
+}
+
+/// f64 reference backward: dx, dw, db (unrounded).
+#[allow(clippy::type_complexity)]
+pub fn ref_backward<T: H>(
+    spec: &NormSpec,
+    x: &[T],
+    dy: &[T],
+    n: usize,
+    w: Option<&[T]>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (_, st) = ref_forward::<T>(spec, x, n, None, None);
+    let x64 = to64(x);
+    let dy64 = to64(dy);
+    let w64 = w.map(to64);
+    let mut dx = vec![0.0; x.len()];
+    let mut dw = vec![0.0; n];
+    let mut db = vec![0.0; n];
+    row::backward(spec, Accum::F64, &x64, &dy64, n, &st, w64.as_deref(), &mut dx, Some(&mut dw), Some(&mut db)).unwrap();
+    (dx, dw, db)
+}
+
+/// Largest error in ulps of T over the elements, with an extra absolute allowance `slack[i]`
+/// (0 for a pure ulp bound); NaN must match NaN. Returns (max ulps beyond slack, index).
+pub fn max_ulp_err<T: H>(got: &[T], want: &[f64], slack: &dyn Fn(usize) -> f64) -> (f64, usize) {
+    let mut worst = (0.0f64, 0usize);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = g.to64();
+        if w.is_nan() || g.is_nan() {
+            if !(w.is_nan() && g.is_nan()) {
+                return (f64::INFINITY, i);
+            }
+            continue;
+        }
+        // A reference beyond the type's range must round to infinity of the same sign.
+        if w.abs() > T::DT.max_finite() {
+            let ok = g.is_infinite() && g.signum() == w.signum() || g.abs() == T::DT.max_finite();
+            if !ok {
+                return (f64::INFINITY, i);
+            }
+            continue;
+        }
+        let err = ((g - w).abs() - slack(i)).max(0.0) / T::DT.ulp(*w);
+        if err > worst.0 || err.is_nan() {
+            worst = (if err.is_nan() { f64::INFINITY } else { err }, i);
+        }
+    }
+    worst
+}
+
+/// Run the kernel forward on the emulator and return (y, stats).
+pub fn kernel_forward<T: H>(
+    spec: &NormSpec,
+    x: &[T],
+    n: usize,
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    opts: &EmuOptions,
+) -> (Vec<T>, Vec<KernelStats>) {
+    let mut y = vec![T::from64(0.0); x.len()];
+    let mut st = vec![KernelStats::default(); x.len() / n];
+    cpu::forward(spec, x, n, w, b, &mut y, Some(&mut st), opts).unwrap();
+    (y, st)
+}
