@@ -135,7 +135,7 @@ pub(crate) fn topk_mask<A: Real>(z: &[A], k: usize, abs_scratch: &mut [A], mask:
         *d = v.abs();
     }
     // The k-th largest value is the threshold.
-    let desc = |x: &A, y: &A| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal);
+    let desc = super::stats::desc_total::<A>;
     let t = if k < n {
         *a.select_nth_unstable_by(k - 1, desc).1
     } else {

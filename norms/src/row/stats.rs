@@ -69,12 +69,26 @@ impl<A: Real> Raw<A> {
     }
 }
 
+/// Descending order that is total: NaN sorts first, as if larger than everything. The sorts
+/// of the standard library may panic on a comparison that is not a total order, which
+/// `partial_cmp(..).unwrap_or(Equal)` is not once a NaN is present; a row with a NaN gets NaN
+/// statistics anyway, so where the NaN lands does not matter, only that nothing panics.
+pub(crate) fn desc_total<A: Real>(x: &A, y: &A) -> std::cmp::Ordering {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    match (x.is_nan(), y.is_nan()) {
+        (true, true) => Equal,
+        (true, false) => Less,
+        (false, true) => Greater,
+        (false, false) => y.partial_cmp(x).unwrap_or(Equal),
+    }
+}
+
 /// Mean of the k largest values of `a` (k >= 1). They are sorted descending first, so that the
 /// result does not depend on how the selection arranged them, then summed in lanes: a single
 /// running sum of k sorted (often equal) values rounds the same way k times, an error of up to
 /// k/2 ulps (1e-4 relative for k = 4097 in f32); lanes cut that to k/32. `a` is reordered.
 pub(crate) fn topk_mean<A: Real>(a: &mut [A], k: usize) -> A {
-    let desc = |x: &A, y: &A| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal);
+    let desc = desc_total::<A>;
     if k < a.len() {
         a.select_nth_unstable_by(k - 1, desc);
     }
