@@ -28,6 +28,17 @@ fn scaled_eps(kind: NormKind, eps: f64, e: i32) -> f64 {
     }
 }
 
+/// Multiply every value by `2^-e` exactly. `2^-e` itself may be out of the accumulator's
+/// range (2^134 for an f32 row whose largest magnitude is a subnormal 1e-40: the single
+/// factor was `inf`), so it is applied as two factors `2^a * 2^b` with `a + b = -e` on the same
+/// side of 1, each in range; the intermediate lies between the value and the result, so only
+/// the final product can round (when it is subnormal).
+pub(crate) fn scale_by_pow2<A: Real>(x: &mut [A], e: i32) {
+    let a = -e / 2;
+    let (f1, f2) = (A::from_f64(2f64.powi(a)), A::from_f64(2f64.powi(-e - a)));
+    x.iter_mut().for_each(|v| *v = *v * f1 * f2);
+}
+
 /// Statistics of the loaded row `x` (n values in the accumulator). `nonfinite_inputs` counts
 /// the non-finite elements of the row in its storage type; it is only called when the
 /// statistics came out non-finite. May rescale `x` in place by a power of two (recorded in
@@ -69,10 +80,7 @@ pub(crate) fn row_stats<A: Real>(
         return raw.widen(0);
     }
     let e = m.log2().floor() as i32;
-    let f = A::from_f64(2f64.powi(-e));
-    for v in x.iter_mut() {
-        *v = *v * f;
-    }
+    scale_by_pow2(x, e);
     let eps_s = scaled_eps(ctx.kind, ctx.eps, e);
     if !A::from_f64(eps_s).is_finite() {
         // eps dominates completely: D = sqrt(eps) (Rms/Layer) or eps; undo and use it.
@@ -176,8 +184,7 @@ pub(crate) fn row_backward<A: Real>(
     let hi = A::from_f64(st.mean_hi);
     let lo = A::from_f64(st.mean_lo);
     if st.exp2 != 0 {
-        let f = A::from_f64(2f64.powi(-st.exp2));
-        x.iter_mut().for_each(|v| *v = *v * f);
+        scale_by_pow2(x, st.exp2);
     }
     if ctx.centred {
         x.iter_mut().for_each(|v| *v = (*v - hi) - lo);
