@@ -6,7 +6,8 @@
 //!
 //! Bounds: forward outputs within 1 ulp of the output type (plus an fp32-level allowance
 //! `2^-20 (|x̂ w| + |b|)` only when a bias is added, where the sum can cancel); backward dx within
-//! 1 ulp plus `2^-16` of the row's largest |dx| (the backward subtracts nearly equal fp32 terms);
+//! 1 ulp plus `2^-16 (max|dx| + s (max|g| + C |g . x̂|))` of its row (the backward subtracts
+//! nearly equal fp32 terms of that size);
 //! weight/bias gradients within 1 ulp plus `2^-18` of the sum of the absolute row terms.
 
 mod common;
@@ -147,4 +148,227 @@ fn forward_f16_shapes_fwd_order() {
 #[test]
 fn forward_bf16_shapes_rev_and_random_order() {
     run_forward::<bf16>(&shape_cases(), &[Order::Rev, Order::Random(7)]);
+}
+
+/// Backward of one case (statistics from the kernel forward); returns the worst error in ulps.
+fn backward_err<T: H>(spec: &NormSpec, c: &Case, o: &EmuOptions, seed: u64) -> f64 {
+    let mut rng = Rng(seed | 1);
+    let (rows, n) = (c.rows, c.n);
+    let len = rows * n;
+    let xb: Vec<T> = gen(&mut rng, len + c.x_off, c.data);
+    let dyb: Vec<T> = gen(&mut rng, len + c.x_off, Data::Normal { mean: 0.1, scale: 1.0 });
+    let (x, dy) = (&xb[c.x_off..], &dyb[c.x_off..]);
+    let w: Option<Vec<T>> = c.weight.then(|| gen(&mut rng, n, Data::Normal { mean: 1.0, scale: 0.5 }));
+    let grads = c.weight || c.bias;
+    let (_, st) = kernel_forward(spec, x, n, None, None, o);
+    let mut dxb = vec![T::from64(0.0); len + c.y_off];
+    let mut dw = vec![T::from64(0.0); n];
+    let mut db = vec![T::from64(0.0); n];
+    cpu::backward(
+        spec,
+        x,
+        dy,
+        n,
+        &st,
+        w.as_deref(),
+        &mut dxb[c.y_off..],
+        grads.then_some(&mut dw[..]),
+        grads.then_some(&mut db[..]),
+        o,
+    )
+    .unwrap();
+    let dx = &dxb[c.y_off..];
+    let (dx_ref, dw_ref, db_ref) = ref_backward(spec, x, dy, n, w.as_deref());
+    // Per row: the magnitude of the terms dx = s (g - correction) subtracts in fp32.
+    let (xh_ref, st_ref) = ref_forward::<T>(spec, x, n, None, None);
+    let (dy64, w64) = (to64(dy), w.as_deref().map(to64));
+    let c_const = spec.scale_constant(n).unwrap().max(1.0);
+    let row_scale: Vec<f64> = (0..rows)
+        .map(|r| {
+            let s = 1.0 / st_ref[r].denominator();
+            let (mut gmax, mut dot, mut dxmax) = (0.0f64, 0.0f64, 0.0f64);
+            for j in 0..n {
+                let g = dy64[r * n + j] * w64.as_ref().map_or(1.0, |w| w[j]);
+                gmax = gmax.max(g.abs());
+                dot += g * xh_ref[r * n + j];
+                if !dx_ref[r * n + j].is_nan() {
+                    dxmax = dxmax.max(dx_ref[r * n + j].abs());
+                }
+            }
+            dxmax + s * (gmax + dot.abs() * c_const)
+        })
+        .collect();
+    let (err, at) = max_ulp_err(dx, &dx_ref, &|i| 2f64.powi(-16) * row_scale[i / n]);
+    let ctx = format!("{spec:?} {:?} rows={rows} n={n} {:?} w={}", T::DT, c.data, c.weight);
+    assert!(err <= 1.0, "{ctx}: dx {err} ulp at {at} (row {}, col {}): got {:?}, want {}", at / n, at % n, dx[at], dx_ref[at]);
+    let mut worst = err;
+    if grads {
+        let (xh, _) = ref_forward::<T>(spec, x, n, None, None);
+        let dy64 = to64(dy);
+        let mut abs_w = vec![0.0; n];
+        let mut abs_b = vec![0.0; n];
+        for i in 0..len {
+            abs_w[i % n] += (dy64[i] * xh[i]).abs();
+            abs_b[i % n] += dy64[i].abs();
+        }
+        let (e, at) = max_ulp_err(&dw, &dw_ref, &|j| 2f64.powi(-18) * abs_w[j]);
+        assert!(e <= 1.0, "{ctx}: dweight {e} ulp at col {at}: got {:?}, want {}", dw[at], dw_ref[at]);
+        let (e2, at) = max_ulp_err(&db, &db_ref, &|j| 2f64.powi(-18) * abs_b[j]);
+        assert!(e2 <= 1.0, "{ctx}: dbias {e2} ulp at col {at}: got {:?}, want {}", db[at], db_ref[at]);
+        worst = worst.max(e).max(e2);
+    }
+    worst
+}
+
+fn run_backward<T: H>(cases: &[Case], orders: &[Order]) {
+    for spec in specs() {
+        for (ci, c) in cases.iter().enumerate() {
+            if spec.validate(c.n).is_err() || spec.scale_constant(c.n).is_err() {
+                continue;
+            }
+            for (oi, &order) in orders.iter().enumerate() {
+                backward_err::<T>(&spec, c, &opts(order, 3), 5000 + ci as u64 * 7 + oi as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn backward_f16_shapes_rev_order() {
+    run_backward::<f16>(&shape_cases(), &[Order::Rev]);
+}
+
+#[test]
+fn backward_bf16_shapes_fwd_and_random_order() {
+    run_backward::<bf16>(&shape_cases(), &[Order::Fwd, Order::Random(11)]);
+}
+
+/// Rows with special content, one per row, in one launch.
+fn special_rows<T: H>(n: usize, rows: &[&dyn Fn(usize) -> f64]) -> Vec<T> {
+    rows.iter().flat_map(|f| (0..n).map(move |j| T::from64(f(j)))).collect()
+}
+
+fn check_special<T: H>(x: &[T], n: usize) {
+    for spec in specs() {
+        if spec.validate(n).is_err() {
+            continue;
+        }
+        for order in [Order::Fwd, Order::Rev] {
+            let o = opts(order, 2);
+            let (y, _) = kernel_forward(&spec, x, n, None, None, &o);
+            let (want, _) = ref_forward(&spec, x, n, None, None);
+            let (err, at) = max_ulp_err(&y, &want, &|_| 0.0);
+            assert!(err <= 1.0, "{spec:?} {:?} n={n}: {err} ulp at row {} col {}: got {:?}, want {}", T::DT, at / n, at % n, y[at], want[at]);
+        }
+    }
+}
+
+#[test]
+fn forward_edge_magnitudes_f16() {
+    let mut rng = Rng(99);
+    let z: Vec<f64> = (0..300).map(|_| rng.normal()).collect();
+    for n in [37usize, 300] {
+        let x = special_rows::<f16>(
+            n,
+            &[
+                &|_| 0.0,
+                &|j| z[j] * 20000.0,
+                &|j| if j % 3 == 0 { 65504.0 } else { -65504.0 },
+                &|j| z[j] * 1e-6,
+                &|j| 6e-8 * (j % 2) as f64,
+                &|j| 1000.0 + z[j],
+                &|j| if j == 5 { f64::NAN } else { z[j] },
+                &|j| if j == n - 1 { f64::INFINITY } else { z[j] },
+            ],
+        );
+        check_special::<f16>(&x, n);
+    }
+}
+
+#[test]
+fn forward_edge_magnitudes_bf16() {
+    let mut rng = Rng(98);
+    let z: Vec<f64> = (0..1200).map(|_| rng.normal()).collect();
+    for n in [45usize, 1200] {
+        let x = special_rows::<bf16>(
+            n,
+            &[
+                &|_| 0.0,
+                &|j| z[j] * 1e38,
+                &|j| if j % 2 == 0 { 3.3e38 } else { -3.3e38 },
+                &|j| z[j] * 1e-37,
+                &|j| z[j] * 1e-39,
+                &|j| 1e4 + z[j] * 10.0,
+                &|j| if j == 0 { f64::NEG_INFINITY } else { z[j] },
+            ],
+        );
+        check_special::<bf16>(&x, n);
+    }
+}
+
+#[test]
+fn zero_rows_launch_nothing() {
+    let x: Vec<f16> = vec![];
+    let mut y: Vec<f16> = vec![];
+    for spec in specs() {
+        cpu::forward(&spec, &x, 64, None, None, &mut y, Some(&mut []), &EmuOptions::default()).unwrap();
+        let mut dw = vec![f16::from_f64(7.0); 64];
+        cpu::backward(&spec, &x, &x, 64, &[], None, &mut y, Some(&mut dw), None, &EmuOptions::default()).unwrap();
+        assert!(dw.iter().all(|v| v.to_f64() == 0.0), "empty batch: dweight must be 0");
+    }
+}
+
+#[test]
+fn weight_gradients_are_bitwise_deterministic() {
+    let spec = NormSpec::layer(1e-5);
+    let n = 200;
+    let mut rng = Rng(5);
+    let x: Vec<bf16> = gen(&mut rng, 23 * n, Data::Normal { mean: 0.0, scale: 1.0 });
+    let dy: Vec<bf16> = gen(&mut rng, 23 * n, Data::Normal { mean: 0.0, scale: 1.0 });
+    let w: Vec<bf16> = gen(&mut rng, n, Data::Normal { mean: 1.0, scale: 0.1 });
+    let mut results = Vec::new();
+    for (order, rev_blocks) in [(Order::Fwd, false), (Order::Rev, true), (Order::Random(3), false)] {
+        let o = EmuOptions { order, reverse_blocks: rev_blocks, device: Device::emulator(4), ..Default::default() };
+        let (_, st) = kernel_forward(&spec, &x, n, None, None, &o);
+        let mut dx = vec![bf16::ZERO; x.len()];
+        let mut dw = vec![bf16::ZERO; n];
+        let mut db = vec![bf16::ZERO; n];
+        cpu::backward(&spec, &x, &dy, n, &st, Some(&w), &mut dx, Some(&mut dw), Some(&mut db), &o).unwrap();
+        results.push((dx, dw, db));
+    }
+    assert!(results.windows(2).all(|p| p[0] == p[1]), "results differ between thread/block orders");
+}
+
+#[test]
+fn kernel_list_matches_cpu_launcher() {
+    assert_eq!(cpu::kernel_names(), normlab_kernels::list::all_names());
+    assert_eq!(normlab_kernels::list::all_names().len(), 6 * 2 * 2 * 2 + 2);
+}
+
+#[test]
+fn bad_requests_are_typed_errors() {
+    use normlab_kernels::KernelError;
+    use normlab_norms::NormError;
+    let x = vec![f16::ONE; 64 * 2];
+    let mut y = vec![f16::ZERO; 64 * 2];
+    let o = EmuOptions::default();
+    let e = cpu::forward(&NormSpec::topk(33, 1e-6), &x, 64, None, None, &mut y, None, &o).unwrap_err();
+    assert_eq!(e, KernelError::TopKTooLarge { k: 33, max: 32 });
+    let e = cpu::forward(&NormSpec::rms(1e-6), &x, 64, None, None, &mut y[..10], None, &o).unwrap_err();
+    assert_eq!(e, KernelError::Norm(NormError::Length { what: "output", expected: 128, got: 10 }));
+    let e = cpu::forward(&NormSpec::rms(1e-6), &x, 0, None, None, &mut y, None, &o).unwrap_err();
+    assert!(matches!(e, KernelError::Norm(NormError::Empty { .. })), "{e:?}");
+    let e = cpu::forward(&NormSpec::rms(-1.0), &x, 64, None, None, &mut y, None, &o).unwrap_err();
+    assert_eq!(e, KernelError::Norm(NormError::InvalidEps { eps: -1.0 }));
+    let wide = 200_000;
+    let xw = vec![f16::ONE; wide];
+    let mut yw = vec![f16::ZERO; wide];
+    let e = cpu::forward(&NormSpec::rms(1e-6), &xw, wide, None, None, &mut yw, None, &o).unwrap_err();
+    assert!(matches!(e, KernelError::RowTooWide { n: 200_000, .. }), "{e:?}");
+    let st = vec![KernelStats::default(); 2];
+    let mut dw = vec![f16::ZERO; 3];
+    let e = cpu::backward(&NormSpec::rms(1e-6), &x, &x, 64, &st, None, &mut y, Some(&mut dw), None, &o).unwrap_err();
+    assert_eq!(e, KernelError::Norm(NormError::Length { what: "dweight", expected: 64, got: 3 }));
+    let e = normlab_kernels::list::Storage::from_dtype(normlab_norms::DType::F32).unwrap_err();
+    assert_eq!(e, KernelError::UnsupportedDType(normlab_norms::DType::F32));
 }
