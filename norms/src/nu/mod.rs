@@ -10,7 +10,7 @@
 //! - [`pipeline`]: the graph and what is estimated (over inputs *and* weights: fresh random rows
 //!   per sample).
 //! - [`sample`]: exact samplers (a random unit-row map applied to `x` needs `r` draws, not `r d`).
-//! - [`run`]: the chunked, seeded, parallel driver; [`stats`]: moments, intervals, delta method.
+//! - [`run`]: the chunked, seeded, parallel driver ([`rng`]: its per-chunk xoshiro256++ streams); [`stats`]: moments, intervals, delta method.
 //! - [`closed`]: closed forms (linear `r/d`, LERP `1 - 2a + 2a^2`, activation moments by quadrature).
 //! - [`angpt`]: the anGPT factor table for a model configuration.
 
@@ -19,6 +19,7 @@ pub mod angpt;
 pub mod closed;
 pub(crate) mod eval;
 pub mod pipeline;
+pub mod rng;
 pub mod run;
 pub mod sample;
 pub mod stats;

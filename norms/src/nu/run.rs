@@ -1,18 +1,17 @@
 //! The Monte Carlo driver: chunked, parallel, deterministic for a seed.
 //!
-//! Samples are cut into chunks of `chunk` samples; chunk `c` draws from its own ChaCha8 stream
-//! (key from the seed, stream number `c`), chunks run on all cores (rayon) and their moments are
+//! Samples are cut into chunks of `chunk` samples; chunk `c` draws from its own stream
+//! (`rng::StreamRng::new(seed, c)`), chunks run on all cores (rayon) and their moments are
 //! merged in chunk order, so the result depends on the seed and the chunk size but not on the
 //! number of threads or on scheduling.
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{NormError, Result};
 use crate::nu::eval::{sample, Plan, Workspace};
 use crate::nu::pipeline::{NodeId, Pipeline};
+use crate::nu::rng::StreamRng;
 use crate::nu::stats::{nu_mean, nu_rms, quantile, Interval, Moments};
 
 /// Settings of one Monte Carlo run.
@@ -96,8 +95,7 @@ fn run_chunks(p: &Pipeline, plan: &Plan, cfg: &McConfig, c0: u64, c1: u64, total
         .map_init(
             || Workspace::new(p, plan),
             |ws, c| {
-                let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-                rng.set_stream(c);
+                let mut rng = StreamRng::new(cfg.seed, c);
                 let start = c * cfg.chunk;
                 let end = (start + cfg.chunk).min(total);
                 let (mut sq, mut nm, mut bad) = (Moments::default(), Moments::default(), 0u64);

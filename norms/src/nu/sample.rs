@@ -139,12 +139,11 @@ pub fn ball_radius<R: Rng + ?Sized>(rng: &mut R, d: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand_chacha::ChaCha8Rng;
+    use crate::nu::rng::StreamRng;
 
     #[test]
     fn sphere_coordinate_second_moment_is_one_over_d() {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut rng = StreamRng::new(1, 0);
         for d in [1usize, 2, 7, 64] {
             let h = SphereHead::new(d, 1);
             let n = 200_000;
@@ -157,7 +156,7 @@ mod tests {
 
     #[test]
     fn bartlett_rows_are_unit_with_the_right_inner_products() {
-        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut rng = StreamRng::new(2, 0);
         let (d, m) = (10, 3);
         let chis = bartlett_chis(d, m);
         let mut out = vec![0.0; m * m];
