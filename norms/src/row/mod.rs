@@ -238,8 +238,7 @@ fn backward_impl<T: Element, A: Real>(
                     A::load(dyr, rest);
                     row_backward(&ctx, xb, rest, st, w.as_deref(), dw.as_deref_mut(), db.as_deref_mut(), &mut scr.c, mask);
                     if st.exp2 != 0 {
-                        let f = A::from_f64(2f64.powi(-st.exp2));
-                        rest.iter_mut().for_each(|v| *v = *v * f);
+                        kernel::scale_by_pow2(rest, st.exp2);
                     }
                     A::store(rest, dxr);
                     c.nonfinite_out += count_nonfinite(dxr);
