@@ -209,6 +209,67 @@ pub mod textbook {
         (y, rows)
     }
 
+    /// sign with sign(0) = 0.
+    fn sign(v: f64) -> f64 {
+        if v > 0.0 {
+            1.0
+        } else if v < 0.0 {
+            -1.0
+        } else {
+            0.0
+        }
+    }
+
+    /// Indices of the k largest |z|, ties broken to the lowest index (a stable sort by
+    /// descending |z| keeps equal values in index order).
+    pub fn topk_indices(z: &[f64], k: usize) -> Vec<usize> {
+        let mut idx: Vec<usize> = (0..z.len()).collect();
+        idx.sort_by(|&a, &b| z[b].abs().partial_cmp(&z[a].abs()).unwrap());
+        idx.truncate(k);
+        idx
+    }
+
+    /// The analytic gradient of one row, written from the formulas: with `x̂ = z/D`,
+    /// `g = dy * w`, `dL/dz_j = (g_j - (g · x̂) dD/dz_j) / D`, then `dL/dx = dL/dz - mean(dL/dz)`
+    /// for centred kinds. `dD/dz_j`: Rms/Layer `x̂_j / n`; UnitL2 `x̂_j` (0 when clamped); L1
+    /// `C sign(z_j)/n` with sign(0) = 0; L-inf `C sign(z_m)` at the lowest index m of the largest
+    /// |z|; Top-k `C sign(z_j)/k` on the k largest |z| (lowest indices on ties).
+    /// Returns `(dx, dy * x̂)` (the second is this row's share of the weight gradient).
+    pub fn backward_row(spec: &NormSpec, c: f64, x: &[f64], dy: &[f64], w: Option<&[f64]>) -> (Vec<f64>, Vec<f64>) {
+        let n = x.len();
+        let r = row_stats(spec, c, x);
+        let z: Vec<f64> = x.iter().map(|&v| v - r.mean).collect();
+        let xh: Vec<f64> = z.iter().map(|v| v / r.d).collect();
+        let g: Vec<f64> = (0..n).map(|j| dy[j] * w.map_or(1.0, |w| w[j])).collect();
+        let dot: f64 = g.iter().zip(&xh).map(|(a, b)| a * b).sum();
+        let mut dd = vec![0.0; n];
+        match spec.kind {
+            NormKind::Rms | NormKind::Layer => (0..n).for_each(|j| dd[j] = xh[j] / n as f64),
+            NormKind::UnitL2 => {
+                if !r.clamped {
+                    dd.copy_from_slice(&xh)
+                }
+            }
+            NormKind::L1 => (0..n).for_each(|j| dd[j] = c * sign(z[j]) / n as f64),
+            NormKind::LInf => {
+                let m = topk_indices(&z, 1)[0];
+                dd[m] = c * sign(z[m]);
+            }
+            NormKind::TopK { k } => {
+                for m in topk_indices(&z, k) {
+                    dd[m] = c * sign(z[m]) / k as f64;
+                }
+            }
+        }
+        let mut dz: Vec<f64> = (0..n).map(|j| (g[j] - dot * dd[j]) / r.d).collect();
+        if spec.centred {
+            let m = dz.iter().sum::<f64>() / n as f64;
+            dz.iter_mut().for_each(|v| *v -= m);
+        }
+        let dw = (0..n).map(|j| dy[j] * xh[j]).collect();
+        (dz, dw)
+    }
+
     /// `L = sum(r * y)`, the scalar the finite-difference checks differentiate.
     pub fn functional(spec: &NormSpec, c: f64, x: &[f64], n: usize, w: Option<&[f64]>, b: Option<&[f64]>, r: &[f64]) -> f64 {
         let (y, _) = forward(spec, c, x, n, w, b);
