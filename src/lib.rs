@@ -10,5 +10,6 @@
 
 pub use normlab_norms as norms;
 
+pub mod bench;
 pub mod cli;
 pub mod ops;

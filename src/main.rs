@@ -1,1 +1,5 @@
-fn main() {}
+//! The `normlab` binary: everything lives in `normlab::cli`.
+
+fn main() -> std::process::ExitCode {
+    normlab::cli::main()
+}

@@ -1,0 +1,218 @@
+//! The benchmark driver: copy bandwidth first, then for each shape x dtype the candle-nn
+//! baselines and every norm kind forward and backward, all in one process so the numbers
+//! are comparable.
+
+use candle_core::WithDType;
+use normlab_norms::{bf16, f16, Element, NormKind, NormSpec};
+
+use crate::bench::bandwidth::measure_copy;
+use crate::bench::candle_ref::{CandleBaseline, CandleOp};
+use crate::bench::cases::{kind_spec, spec_label, BenchDType, Direction, Shape, BENCH_EPS, DEFAULT_TOPK_K, FULL_SHAPES, KIND_NAMES, QUICK_SHAPES};
+use crate::bench::error::BenchError;
+use crate::bench::machine::Provenance;
+use crate::bench::report::{BaselineResult, CaseResult, ConfigEcho, Report, Summary, SCHEMA};
+use crate::bench::timing::measure;
+use crate::bench::workload::Workload;
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchConfig {
+    pub shapes: Vec<Shape>,
+    pub dtypes: Vec<BenchDType>,
+    pub kinds: Vec<NormSpec>,
+    pub reps: usize,
+    pub warmup: usize,
+    pub copy_buffer_bytes: usize,
+    pub copy_reps: usize,
+    pub quick: bool,
+}
+
+impl BenchConfig {
+    /// The benchmark: both shapes, f32/f16/bf16, every kind (top-k with k = 8),
+    /// 10 timed runs, a 256 MiB copy buffer.
+    pub fn full() -> Self {
+        BenchConfig {
+            shapes: FULL_SHAPES.to_vec(),
+            dtypes: BenchDType::ALL.to_vec(),
+            kinds: KIND_NAMES.iter().map(|k| kind_spec(k, DEFAULT_TOPK_K)).collect::<Result<_, _>>().unwrap_or_default(),
+            reps: 10,
+            warmup: 1,
+            copy_buffer_bytes: 256 << 20,
+            copy_reps: 10,
+            quick: false,
+        }
+    }
+
+    /// Seconds, not minutes: one small shape, 3 timed runs, a 32 MiB copy buffer. For smoke
+    /// tests: the numbers are not meaningful for the goals.
+    pub fn quick() -> Self {
+        BenchConfig { shapes: QUICK_SHAPES.to_vec(), reps: 3, copy_buffer_bytes: 32 << 20, copy_reps: 3, quick: true, ..Self::full() }
+    }
+
+    /// Progress steps of [`run`]: the copy, then per shape x dtype two baselines and each kind
+    /// forward and backward.
+    pub fn steps(&self) -> u64 {
+        1 + (self.shapes.len() * self.dtypes.len() * (CandleOp::ALL.len() + self.kinds.len() * Direction::ALL.len())) as u64
+    }
+
+    /// Refuse, before anything runs, what some case could not do (every refusal names the value).
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.shapes.is_empty() || self.dtypes.is_empty() || self.kinds.is_empty() {
+            return Err(BenchError::invalid("configuration", format!("{} shapes, {} dtypes, {} kinds", self.shapes.len(), self.dtypes.len(), self.kinds.len()), "need at least one of each"));
+        }
+        if self.reps == 0 {
+            return Err(BenchError::invalid("reps", 0, "need at least 1 timed run"));
+        }
+        for s in &self.shapes {
+            for k in &self.kinds {
+                k.validate(s.n).map_err(|e| BenchError::invalid("norm kind for shape", format!("{} at {s}", spec_label(k)), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn echo(&self) -> ConfigEcho {
+        ConfigEcho {
+            shapes: self.shapes.clone(),
+            dtypes: self.dtypes.clone(),
+            kinds: self.kinds.iter().map(spec_label).collect(),
+            topk_k: self.kinds.iter().find_map(|k| match k.kind {
+                NormKind::TopK { k } => Some(k),
+                _ => None,
+            }),
+            reps: self.reps,
+            warmup: self.warmup,
+            quick: self.quick,
+            accum: "f32".into(),
+            eps: BENCH_EPS,
+            copy_buffer_bytes: self.copy_buffer_bytes,
+            copy_reps: self.copy_reps,
+        }
+    }
+}
+
+/// Run the benchmark. `progress` is called with a label before each step ([`BenchConfig::steps`]
+/// calls in all).
+pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, BenchError> {
+    cfg.validate()?;
+    let provenance = Provenance::detect();
+    progress("copy bandwidth");
+    let copy = measure_copy(cfg.copy_buffer_bytes, cfg.copy_reps);
+    let mut cases = Vec::new();
+    let mut baselines = Vec::new();
+    for &shape in &cfg.shapes {
+        for &dtype in &cfg.dtypes {
+            let out = match dtype {
+                BenchDType::F32 => run_one::<f32>(cfg, shape, dtype, copy.gb_per_s, progress)?,
+                BenchDType::F16 => run_one::<f16>(cfg, shape, dtype, copy.gb_per_s, progress)?,
+                BenchDType::BF16 => run_one::<bf16>(cfg, shape, dtype, copy.gb_per_s, progress)?,
+            };
+            baselines.extend(out.0);
+            cases.extend(out.1);
+        }
+    }
+    let summary = Summary::from_cases(&cases);
+    Ok(Report { schema: SCHEMA.into(), provenance, config: cfg.echo(), copy_bandwidth: copy, cases, baselines, summary })
+}
+
+/// One shape and dtype: baselines first (then their tensors are freed), then our kinds.
+fn run_one<T: Element + WithDType>(
+    cfg: &BenchConfig,
+    shape: Shape,
+    dtype: BenchDType,
+    copy_gb_per_s: f64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<BaselineResult>, Vec<CaseResult>), BenchError> {
+    let gbs = |bytes: usize, t: f64| bytes as f64 / t / 1e9;
+    let mut w = Workload::<T>::new(shape);
+    let mut baselines = Vec::new();
+    {
+        let candle = CandleBaseline::new(&w)?;
+        for op in CandleOp::ALL {
+            progress(&format!("{shape} {dtype} {}", op.name()));
+            let timing = measure(cfg.warmup, cfg.reps, || candle.run(op).map(drop))?;
+            let bytes = Direction::Forward.compulsory_bytes(shape, dtype);
+            let g = gbs(bytes, timing.median_s);
+            baselines.push(BaselineResult { shape, dtype, op, timing, bytes, gb_per_s: g, fraction_of_copy: g / copy_gb_per_s });
+        }
+    }
+    let baseline_median = |op: CandleOp| baselines.iter().find(|b| b.op == op).map(|b| b.timing.median_s);
+    let (rms_t, layer_t) = (baseline_median(CandleOp::RmsNorm), baseline_median(CandleOp::LayerNorm));
+    let mut cases = Vec::new();
+    for spec in &cfg.kinds {
+        let label = spec_label(spec);
+        for dir in Direction::ALL {
+            progress(&format!("{shape} {dtype} {label} {}", dir.name()));
+            let mut counters = Default::default();
+            let timing = match dir {
+                Direction::Forward => measure(cfg.warmup, cfg.reps, || w.forward(spec).map(|c| counters = c))?,
+                Direction::Backward => {
+                    w.forward(spec)?; // the statistics the backward reads
+                    measure(cfg.warmup, cfg.reps, || w.backward(spec).map(|c| counters = c))?
+                }
+            };
+            std::hint::black_box((&w.y, &w.dx));
+            let bytes = dir.compulsory_bytes(shape, dtype);
+            let g = gbs(bytes, timing.median_s);
+            let ratio = |t: Option<f64>| (dir == Direction::Forward).then_some(t).flatten().map(|t| t / timing.median_s);
+            cases.push(CaseResult {
+                shape,
+                dtype,
+                kind: label.clone(),
+                spec: *spec,
+                direction: dir,
+                timing,
+                bytes,
+                gb_per_s: g,
+                fraction_of_copy: g / copy_gb_per_s,
+                candle_rms_norm_ratio: ratio(rms_t),
+                candle_layer_norm_ratio: ratio(layer_t),
+                counters,
+            });
+        }
+    }
+    Ok((baselines, cases))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> BenchConfig {
+        BenchConfig {
+            shapes: vec![Shape { rows: 40, n: 24 }],
+            dtypes: vec![BenchDType::F32, BenchDType::BF16],
+            reps: 2,
+            copy_buffer_bytes: 1 << 20,
+            copy_reps: 2,
+            ..BenchConfig::quick()
+        }
+    }
+
+    #[test]
+    fn runs_every_case_and_calls_progress_once_per_step() {
+        let cfg = tiny();
+        let mut calls = 0u64;
+        let r = run(&cfg, &mut |_| calls += 1).unwrap();
+        assert_eq!(calls, cfg.steps());
+        assert_eq!(r.cases.len(), 2 * 6 * 2);
+        assert_eq!(r.baselines.len(), 2 * 2);
+        for c in &r.cases {
+            assert!(c.counters.is_clean(), "{c:?}");
+            assert!(c.timing.median_s > 0.0 && c.gb_per_s > 0.0);
+            assert_eq!(c.candle_rms_norm_ratio.is_some(), c.direction == Direction::Forward);
+        }
+        assert_eq!(r.summary.forwards, 12);
+        let json = serde_json::to_string(&r).unwrap();
+        let back: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.cases.len(), r.cases.len());
+    }
+
+    #[test]
+    fn refuses_topk_wider_than_the_row() {
+        let mut cfg = tiny();
+        cfg.kinds = vec![kind_spec("topk", 32).unwrap()];
+        let e = run(&cfg, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains("topk32") && e.contains("40x24"), "{e}");
+    }
+}

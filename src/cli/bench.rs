@@ -1,0 +1,128 @@
+//! `normlab bench ...`: speed benchmarks. `bench norms` measures the machine's copy
+//! bandwidth, then every norm kind forward and backward against candle-nn's `rms_norm` and
+//! `layer_norm` (see `crate::bench` for what is counted, and `crate::bench::report` for the
+//! JSON schema).
+
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::bench::cases::{kind_spec, BenchDType, Shape, DEFAULT_TOPK_K, KIND_NAMES};
+use crate::bench::report::render_text;
+use crate::bench::run::{run as run_bench, BenchConfig};
+use crate::cli::output::{print, print_json};
+use crate::cli::CliError;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub target: BenchTarget,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// Row norms (rms, layer, unit-l2, l1, linf, topk) forward and backward vs candle-nn.
+    Norms(NormsArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Prints the copy bandwidth (parallel memcpy, read + write bytes), then per case the median time, \
+GB/s of compulsory bytes (forward: x read + y written; backward: x, dy read + dx written), the fraction of copy \
+bandwidth, and for forwards the ratio candle time / our time. Progress goes to stderr.\n\n\
+Examples:\n  normlab bench norms\n  normlab bench norms --quick --json\n  normlab bench norms --shapes 4096x1024 --dtypes f32,bf16 --kinds rms,topk --reps 5")]
+pub struct NormsArgs {
+    /// Print the report as JSON (schema normlab.bench.norms/1) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Shapes ROWSxN, comma-separated [default: 4096x1024,16384x4096; --quick: 512x1024].
+    #[arg(long, value_delimiter = ',')]
+    pub shapes: Vec<String>,
+    /// Storage dtypes, comma-separated: f32, f16, bf16 [default: all three].
+    #[arg(long, value_delimiter = ',')]
+    pub dtypes: Vec<String>,
+    /// Norm kinds, comma-separated: rms, layer, unit-l2, l1, linf, topk [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub kinds: Vec<String>,
+    /// k of the topk kind.
+    #[arg(long, default_value_t = DEFAULT_TOPK_K)]
+    pub topk_k: usize,
+    /// Timed runs per case (the median is reported) [default: 10; --quick: 3].
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Untimed warm-up runs per case.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Size of the copy-bandwidth buffer in MiB [default: 256; --quick: 32].
+    #[arg(long)]
+    pub copy_mib: Option<usize>,
+    /// Seconds instead of minutes: small shape, few runs (a smoke test; not for the goals).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+fn parse_list<T>(items: &[String], parse: impl Fn(&str) -> Result<T, crate::bench::BenchError>) -> Result<Vec<T>, CliError> {
+    Ok(items.iter().filter(|s| !s.trim().is_empty()).map(|s| parse(s)).collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The benchmark configuration the flags describe.
+pub fn config(args: &NormsArgs) -> Result<BenchConfig, CliError> {
+    let mut cfg = if args.quick { BenchConfig::quick() } else { BenchConfig::full() };
+    if args.topk_k == 0 {
+        return Err(CliError::InvalidArg { flag: "--topk-k", value: "0".into(), why: "k must be at least 1".into() });
+    }
+    cfg.kinds = KIND_NAMES.iter().map(|k| kind_spec(k, args.topk_k)).collect::<Result<_, _>>()?;
+    if !args.shapes.is_empty() {
+        cfg.shapes = parse_list(&args.shapes, |s| s.parse::<Shape>())?;
+    }
+    if !args.dtypes.is_empty() {
+        cfg.dtypes = parse_list(&args.dtypes, |s| s.parse::<BenchDType>())?;
+    }
+    if !args.kinds.is_empty() {
+        cfg.kinds = parse_list(&args.kinds, |s| kind_spec(s, args.topk_k))?;
+    }
+    if let Some(r) = args.reps {
+        if r == 0 {
+            return Err(CliError::InvalidArg { flag: "--reps", value: "0".into(), why: "need at least 1 timed run".into() });
+        }
+        cfg.reps = r;
+    }
+    cfg.warmup = args.warmup;
+    if let Some(m) = args.copy_mib {
+        if m == 0 || m > 1 << 16 {
+            return Err(CliError::InvalidArg { flag: "--copy-mib", value: m.to_string(), why: "need 1..=65536 MiB".into() });
+        }
+        cfg.copy_buffer_bytes = m << 20;
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn run_norms(args: NormsArgs) -> Result<(), CliError> {
+    let cfg = config(&args)?;
+    // Draws on stderr only when it is a terminal (indicatif hides it otherwise).
+    let bar = ProgressBar::new(cfg.steps());
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut started = false;
+    let report = run_bench(&cfg, &mut |label| {
+        // Called before each step: count the previous one as done.
+        if started {
+            bar.inc(1);
+        }
+        started = true;
+        bar.set_message(label.to_string());
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    if args.json {
+        print_json(&report)
+    } else {
+        print(&render_text(&report))
+    }
+}
+
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    match args.target {
+        BenchTarget::Norms(a) => run_norms(a),
+    }
+}

@@ -1,0 +1,18 @@
+//! Errors of the command line. Each names the value that was refused.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error("invalid value '{value}' for {flag}: {why}")]
+    InvalidArg { flag: &'static str, value: String, why: String },
+    #[error(transparent)]
+    Norm(#[from] normlab_norms::NormError),
+    #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
+    #[error("could not encode JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Writing to stdout failed (a closed pipe is not reported: see `cli::main`).
+    #[error("could not write output: {0}")]
+    Output(#[from] std::io::Error),
+}

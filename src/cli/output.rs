@@ -1,0 +1,21 @@
+//! Writing results to stdout without panicking (`println!` panics on a closed pipe).
+
+use std::io::Write;
+
+use crate::cli::CliError;
+
+/// Write `text` (and a newline) to stdout and flush.
+pub fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    if !text.ends_with('\n') {
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Pretty JSON of `value` on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
+    print(&serde_json::to_string_pretty(value)?)
+}
