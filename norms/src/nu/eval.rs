@@ -184,6 +184,7 @@ pub(crate) fn sample<R: Rng + ?Sized>(p: &Pipeline, plan: &Plan, ws: &mut Worksp
 
 /// Rows of `W x_j` for all positions: `dst[j * d_head + i] = scale * (w_i . x_j)`, with the
 /// rows' projections on the span of the positions drawn by `head` (see `sample`).
+#[allow(clippy::too_many_arguments)] // scratch buffers passed separately to keep the hot loop borrow-free
 fn project<R: Rng + ?Sized>(rng: &mut R, ap: &AttnPlan, x: &[f64], s: usize, d_head: usize, scale: f64, c: &mut [f64], dst: &mut [f64], only_last: bool) {
     let m = ap.m;
     for i in 0..d_head {

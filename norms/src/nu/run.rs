@@ -89,6 +89,7 @@ fn validate(p: &Pipeline, output: NodeId, cfg: &McConfig) -> Result<()> {
 }
 
 /// Moments of `||g||^2` and `||g||` over chunks `c0..c1` (the last chunk may be cut at `total`).
+#[allow(clippy::too_many_arguments)] // one private driver shared by both entry points
 fn run_chunks(p: &Pipeline, plan: &Plan, cfg: &McConfig, c0: u64, c1: u64, total: u64, planned: u64, done: &AtomicU64, progress: Option<Progress>) -> Result<(Moments, Moments)> {
     let parts: Vec<(Moments, Moments, u64)> = (c0..c1)
         .into_par_iter()

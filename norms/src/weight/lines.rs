@@ -69,7 +69,7 @@ where
     F: Fn(&mut [T]) -> R + Sync + Send,
 {
     match axis {
-        Axis::Rows => w.par_chunks_mut(shape.inp).map(|row| f(row)).collect(),
+        Axis::Rows => w.par_chunks_mut(shape.inp).map(&f).collect(),
         Axis::Cols => {
             let mut col = vec![T::default(); shape.out];
             (0..shape.inp)
