@@ -114,7 +114,8 @@ pub fn plan(
     let slots = row_slots(n);
     let per_group = match dir {
         Direction::Forward => slots * 2,
-        Direction::Backward => 2 * slots * 2 + if want_dw { 4 * n } else { 0 } + if want_db { 4 * n } else { 0 },
+        // Rounded to 16 bytes (as the kernel does) so each group's rows stay vector-aligned.
+        Direction::Backward => (2 * slots * 2 + if want_dw { 4 * n } else { 0 } + if want_db { 4 * n } else { 0 }).div_ceil(16) * 16,
     };
     let smem = per_group * groups;
     if smem > device.smem_per_block {

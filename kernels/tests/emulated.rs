@@ -135,6 +135,7 @@ fn shape_cases() -> Vec<Case> {
         Case { x_off: 1, y_off: 0, ..case(4, 200, d) },
         Case { x_off: 5, y_off: 5, ..case(3, 1500, d) },
         Case { weight: true, ..case(7, 96, d) },
+        Case { weight: true, x_off: 2, y_off: 2, ..case(9, 45, d) },
         Case { weight: true, bias: true, ..case(5, 130, d) },
         Case { weight: true, bias: true, ..case(2, 2048, d) },
     ]

@@ -594,7 +594,9 @@ __device__ __forceinline__ void bwd(const BwdParams& p) {
   const bool want_dw = p.dw_part != nullptr, want_db = p.db_part != nullptr;
   // Layout per group: x slots, dy slots, then (if wanted) fp32 dw and db accumulators.
   const i64 slots = row_slots(n);
-  const i64 group_bytes = slots * 2 * (i64)sizeof(T) + (want_dw ? 4 * (i64)n : 0) + (want_db ? 4 * (i64)n : 0);
+  // Rounded to 16 bytes so every group's staged rows stay aligned for 16-byte vectors.
+  const i64 group_bytes =
+      (slots * 2 * (i64)sizeof(T) + (want_dw ? 4 * (i64)n : 0) + (want_db ? 4 * (i64)n : 0) + 15) / 16 * 16;
   unsigned char* mine = smem + gi * group_bytes;
   T* s_x = reinterpret_cast<T*>(mine);
   T* s_dy = s_x + slots;

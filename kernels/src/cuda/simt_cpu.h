@@ -18,7 +18,7 @@
 //   arrived; it is checked that they arrived at the same call site with the same mask and that
 //   shuffle sources are live lanes. No runnable thread and no releasable group is a deadlock,
 //   reported with every thread's call site. All diagnostics abort() the process.
-// * Parallel engine (`Engine::Parallel`, the default under -fsanitize=thread): one std::thread per
+// * Parallel engine (`Engine::Parallel`, the default under -fsanitize=thread|address): one std::thread per
 //   CUDA thread, `__syncthreads` is a std::barrier over the block, each warp collective one phase
 //   of a per-warp std::barrier (exited threads arrive_and_drop). Only the barriers order memory,
 //   so ThreadSanitizer sees exactly CUDA's happens-before edges and reports missing barriers.
@@ -108,7 +108,8 @@ enum class Engine { Serial, Parallel };
 struct Options {
   Order order = Order::Fwd;
   uint64_t seed = 1;
-#ifdef SIMT_TSAN
+#if defined(SIMT_TSAN) || defined(SIMT_ASAN)
+  // Sanitizers do not follow ucontext fibers reliably: use OS threads.
   Engine engine = Engine::Parallel;
 #else
   Engine engine = Engine::Serial;

@@ -147,3 +147,40 @@ pub fn kernel_forward<T: H>(
     cpu::forward(spec, x, n, w, b, &mut y, Some(&mut st), opts).unwrap();
     (y, st)
 }
+
+/// Compile a C++20 file against the emulator header with the system compiler (`$CXX`, else
+/// g++) into the test's temporary directory; panics with the compiler's output on failure.
+pub fn compile_cxx(src: &str, out_name: &str, flags: &[&str]) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(out_name);
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    let o = std::process::Command::new(&cxx)
+        .args(["-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-g"])
+        .args(flags)
+        .arg("-I")
+        .arg(root.join("src/cuda"))
+        .arg("-x")
+        .arg("c++")
+        .arg(root.join(src))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C++ compiler '{cxx}': {e}"));
+    assert!(o.status.success(), "{cxx} failed on {src}:\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Run a compiled test program; returns (exit code or -1 for a signal, stdout, stderr).
+pub fn run_prog(path: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let o = std::process::Command::new(path)
+        .args(args)
+        .env("TSAN_OPTIONS", "halt_on_error=0 exitcode=66")
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .output()
+        .expect("run test program");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
