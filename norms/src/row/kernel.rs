@@ -34,8 +34,9 @@ fn scaled_eps(kind: NormKind, eps: f64, e: i32) -> f64 {
 /// side of 1, each in range; the intermediate lies between the value and the result, so only
 /// the final product can round (when it is subnormal).
 pub(crate) fn scale_by_pow2<A: Real>(x: &mut [A], e: i32) {
-    let a = -e / 2;
-    let (f1, f2) = (A::from_f64(2f64.powi(a)), A::from_f64(2f64.powi(-e - a)));
+    let ne = e.saturating_neg();
+    let a = ne / 2;
+    let (f1, f2) = (A::from_f64(2f64.powi(a)), A::from_f64(2f64.powi(ne - a)));
     x.iter_mut().for_each(|v| *v = *v * f1 * f2);
 }
 
