@@ -150,6 +150,16 @@ pub(crate) fn compute<A: Real>(ctx: &RowCtx<A>, x: &[A], eps: A, abs_scratch: &m
                 }
                 _ => unreachable!(),
             };
+            // For L-inf and Top-k the whole-row sum in `check` only makes a NaN visible (a
+            // max or a selection drops it). In a pure half accumulator that sum overflows on
+            // rows whose statistic does not (two values near 65504), which is no overflow of
+            // the statistic: there the statistic itself is checked, plus the NaN. The wide
+            // accumulators keep the sum, whose overflow also triggers their exact rescaling.
+            let check = if A::ACCUM.is_wide() || check.is_nan() || matches!(ctx.kind, NormKind::L1) {
+                check
+            } else {
+                stat
+            };
             let s = one / (ctx.c * stat + eps);
             Raw { hi, lo, s, clamped: false, check: check + hi, sumsq: A::zero() }
         }
