@@ -17,6 +17,9 @@ pub struct MachineInfo {
     pub rayon_threads: usize,
     /// MemTotal of /proc/meminfo, in bytes.
     pub memory_bytes: Option<u64>,
+    /// 1-minute load average of /proc/loadavg when the run started: other work on the
+    /// machine (builds, other benchmarks) slows a memory-bound benchmark; this shows it.
+    pub load_avg_1m: Option<f64>,
     pub os: String,
     pub arch: String,
 }
@@ -85,6 +88,7 @@ impl MachineInfo {
             logical_cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             rayon_threads: rayon::current_num_threads(),
             memory_bytes: std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| memory_from(&s)),
+            load_avg_1m: std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()),
             os: std::env::consts::OS.to_string(),
             arch: std::env::consts::ARCH.to_string(),
         }

@@ -5,7 +5,7 @@
 //! ```text
 //! {
 //!   "schema": "normlab.bench.norms/1",
-//!   "provenance": { "machine": { "cpu_model", "logical_cores", "rayon_threads", "memory_bytes", "os", "arch" },
+//!   "provenance": { "machine": { "cpu_model", "logical_cores", "rayon_threads", "memory_bytes", "load_avg_1m", "os", "arch" },
 //!                   "versions": { "normlab", "normlab_norms", "candle_core", "candle_nn", "rustc", "profile" },
 //!                   "git_commit", "git_dirty", "unix_time" },
 //!   "config": { "shapes": [{"rows","n"}], "dtypes": ["f32"|"f16"|"bf16"], "kinds": [label], "topk_k",
@@ -149,10 +149,11 @@ pub fn render_text(r: &Report) -> String {
     let p = &r.provenance;
     let _ = writeln!(
         s,
-        "machine: {} ({} logical cores, {} rayon threads), {} build, normlab {}, candle-nn {}, commit {}",
+        "machine: {} ({} logical cores, {} rayon threads, load {}), {} build, normlab {}, candle-nn {}, commit {}",
         p.machine.cpu_model.as_deref().unwrap_or("unknown CPU"),
         p.machine.logical_cores,
         p.machine.rayon_threads,
+        p.machine.load_avg_1m.map(|l| format!("{l:.2}")).unwrap_or_else(|| "?".into()),
         p.versions.profile,
         p.versions.normlab,
         p.versions.candle_nn.as_deref().unwrap_or("?"),
