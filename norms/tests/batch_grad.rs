@@ -15,6 +15,7 @@ use normlab_norms::{Accum, NormSpec, RowStats};
 
 const H: f64 = 1e-6;
 
+#[allow(clippy::too_many_arguments)]
 fn loss(spec: &NormSpec, layout: Layout, mode: Mode, run: &RunningStats, x: &[f64], w: &[f64], b: &[f64], r: &[f64]) -> f64 {
     let mut y = vec![0.0; x.len()];
     let mut run = run.clone();

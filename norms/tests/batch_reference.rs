@@ -2,6 +2,8 @@
 //! the row forms over the transposed channel (bitwise), and in f16/bf16 storage with f32
 //! accumulation against the crate's f64 path (within 1 ulp).
 
+#![allow(clippy::needless_range_loop)]
+
 mod batch_common;
 
 use batch_common::{channel, forward_ref, index, layouts, specs, Rng};

@@ -1,6 +1,8 @@
 //! Running statistics (both conventions), eval mode, mean-only batch norm, determinism across
 //! thread counts, and typed errors of the batch forms.
 
+#![allow(clippy::needless_range_loop)]
+
 mod batch_common;
 
 use batch_common::{channel, channel_ref, index, specs, Rng};

@@ -68,7 +68,8 @@ impl Layout {
         self.batch() * self.spatial()
     }
 
-    /// Total number of elements.
+    /// Total number of elements (of a validated layout: `validate` rejects a product that
+    /// overflows `usize`).
     pub fn len(&self) -> usize {
         self.per_channel() * self.channels()
     }

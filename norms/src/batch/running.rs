@@ -30,6 +30,8 @@
 //! The batch values are recovered from the saved [`RowStats`] (`D = 2^exp2 / rscale`, so
 //! `var = D^2 - eps`, `sigma = D - eps`, clamped at 0): they carry the accumulator's precision.
 
+use std::cmp::Ordering;
+
 use crate::error::{NormError, Result};
 use crate::row::RowStats;
 use crate::spec::{NormKind, NormSpec};
@@ -146,7 +148,9 @@ impl RunningStats {
             mean_lo: 0.0,
             rscale: round(1.0 / d),
             exp2: 0,
-            clamped: matches!(spec.kind, NormKind::UnitL2) && !(self.spread[ch] >= spec.eps),
+            // As the row kernel's `!(norm >= eps)`: a NaN norm counts as clamped.
+            clamped: matches!(spec.kind, NormKind::UnitL2)
+                && !matches!(self.spread[ch].partial_cmp(&spec.eps), Some(Ordering::Greater | Ordering::Equal)),
         }
     }
 }
