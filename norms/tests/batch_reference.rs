@@ -137,9 +137,17 @@ fn equals_transposed_row_form_bitwise() {
 /// one ulp of T for the single rounding, plus the f32 sums' error for outputs near zero
 /// (relative to the terms the output is made of, not to itself), `gamma_m = (m/16 + 16) 2^-24`.
 fn check_half<T: Element>(dtype: DType, seed: u64) {
+    let worst = check_half_on::<T>(dtype, seed, &layouts());
+    println!("{dtype}: worst error {worst:.3} ulp (outputs not near zero)");
+    assert!(worst <= 1.0);
+}
+
+/// Returns the worst error in ulps of the reference among outputs whose f32-sum term is at
+/// most 0.1 ulp (the others are checked against the full bound).
+fn check_half_on<T: Element>(dtype: DType, seed: u64, layouts: &[Layout]) -> f64 {
     let mut rng = Rng::new(seed);
     let mut worst = 0.0f64;
-    for layout in layouts() {
+    for &layout in layouts {
         let m = layout.per_channel();
         let gamma = (m.div_ceil(16) + 16) as f64 * 2f64.powi(-24);
         for spec in specs(m, 1e-5) {
@@ -163,14 +171,26 @@ fn check_half<T: Element>(dtype: DType, seed: u64) {
                         let size = (xhc[k] * wf[ch]).abs() + bf[ch].abs() + if spec.centred { mean_abs * wf[ch].abs() } else { 0.0 };
                         let err = (yv.to_f64() - rv).abs();
                         let bound = dtype.ulp(rv) + gamma * size;
-                        worst = worst.max(err / dtype.ulp(rv));
+                        if gamma * size <= 0.1 * dtype.ulp(rv) {
+                            // Outputs whose f32-sum term is negligible: the plain 1-ulp claim.
+                            worst = worst.max(err / dtype.ulp(rv));
+                        }
                         assert!(err <= bound, "{dtype} {spec:?} {layout:?} ch {ch}: {} vs f64 path {rv} (err {err}, bound {bound})", yv.to_f64());
                     }
                 }
             }
         }
     }
-    println!("{dtype}: worst error {worst:.3} ulp");
+    worst
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn half_storage_within_one_ulp_prop(layout in arb_layout(), seed in any::<u64>()) {
+        check_half_on::<f16>(DType::F16, seed, &[layout]);
+        check_half_on::<bf16>(DType::BF16, seed, &[layout]);
+    }
 }
 
 #[test]

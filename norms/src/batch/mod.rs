@@ -22,7 +22,8 @@
 //! # Determinism
 //! Channels are independent and each is reduced in a fixed order (the row kernels' lanes);
 //! running statistics are updated serially in channel order. Results are bitwise identical
-//! for any number of threads.
+//! for any number of threads. The parallelism is over channels only (a channel is one
+//! sequential reduction, as a row is), so a call uses at most C threads.
 //!
 //! # Example
 //! ```
