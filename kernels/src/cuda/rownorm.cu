@@ -118,18 +118,27 @@ template <> struct Cvt<__nv_bfloat16> {
   }
 };
 
-union Vec16 {
+/// 16 bytes = 8 elements of 16-bit storage, as four 32-bit words (element j is the low (j even)
+/// or high half of word j / 2). Packing by shifts rather than a union keeps the 16-byte global
+/// loads and stores whole (ld/st.global.v4) and is valid C++.
+struct Vec16 {
   uint4 u;
-  unsigned short h[VEC];
 };
+
+__device__ __forceinline__ unsigned word_of(const uint4& u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
 
 template <class T>
 __device__ __forceinline__ float lanef(const Vec16& v, int j) {
-  return Cvt<T>::bits_to(v.h[j]);
+  return Cvt<T>::bits_to((unsigned short)(word_of(v.u, j >> 1) >> ((j & 1) * 16)));
 }
+
+/// Pack 8 floats, rounded once each to T, into a vector.
 template <class T>
-__device__ __forceinline__ void set_lane(Vec16& v, int j, float f) {
-  v.h[j] = Cvt<T>::bits_from(f);
+__device__ __forceinline__ uint4 pack8(const float (&f)[VEC]) {
+  unsigned w[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) w[i] = (unsigned)Cvt<T>::bits_from(f[2 * i]) | ((unsigned)Cvt<T>::bits_from(f[2 * i + 1]) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // ------------------------------------------------------------------ groups (warp or block)
@@ -329,13 +338,14 @@ __device__ __forceinline__ void store_row(T* __restrict__ o, const T* s, const T
   }
   for (int v = r; v < m.nvec; v += G) {
     const i64 i0 = (i64)m.head + (i64)v * VEC;
-    Vec16 q, q2, res;
+    Vec16 q, q2;
     q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
     if (s2) q2.u = *reinterpret_cast<const uint4*>(s2 + VEC + (i64)v * VEC);
     else q2.u = make_uint4(0u, 0u, 0u, 0u);
+    float res[VEC];
 #pragma unroll
-    for (int j = 0; j < VEC; j++) set_lane<T>(res, j, out(i0 + j, lanef<T>(q, j), s2 ? lanef<T>(q2, j) : 0.0f));
-    *reinterpret_cast<uint4*>(o + i0) = res.u;
+    for (int j = 0; j < VEC; j++) res[j] = out(i0 + j, lanef<T>(q, j), s2 ? lanef<T>(q2, j) : 0.0f);
+    *reinterpret_cast<uint4*>(o + i0) = pack8<T>(res);
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) {
     const i64 sl = i + VEC - m.head;
@@ -461,13 +471,31 @@ __device__ __forceinline__ i64 tie_cut(const T* s, const RowMap& m, float kth, i
 /// Exponent e with the row scaled by 2^-e (0: no scaling) given max |x|.
 __device__ __forceinline__ int rescue_exponent(float amax) {
   if (!(amax > 0.0f)) return 0;
-  int ex;
-  frexpf(amax, &ex);  // amax = f 2^ex, f in [0.5, 1)
-  const int e = ex - 1;  // floor(log2(amax))
+  // floor(log2(amax)) from the bits (amax is finite and > 0; subnormals by their leading bit).
+  const int bits = __float_as_int(amax);
+  const int biased = (bits >> 23) & 0xff;
+  const int e = biased ? biased - 127 : -149 + (31 - __clz(bits & 0x7fffff));
   return (e < RESCUE_LO || e > RESCUE_HI) ? e : 0;
 }
 
-__device__ __forceinline__ float scale_by(float v, int e) { return e ? ldexpf(v, -e) : v; }
+/// 2^k as a float for k in [-126, 127] (exact, no libm call).
+__device__ __forceinline__ float pow2(int k) { return __int_as_float((127 + k) << 23); }
+
+/// Multiplication by 2^-e as two in-range factors (|e| <= 149 would not fit one float), branch
+/// free: with e = 0 both factors are 1 and the product is exact.
+struct Scale {
+  float f1, f2;
+  __device__ __forceinline__ explicit Scale(int e) : f1(pow2(-(e / 2))), f2(pow2(-(e - e / 2))) {}
+  __device__ __forceinline__ float operator()(float v) const { return (v * f1) * f2; }
+};
+
+// Per-row reciprocals and square roots use the hardware approximations (rsqrt.approx,
+// rcp.approx: <= 2 ulp of fp32, invisible after the one rounding to 16 bits). The IEEE-rounded
+// division and sqrt would add a slow-path subroutine call whose ABI spills registers, and the
+// compile gate requires zero spills. The emulator computes these correctly rounded.
+__device__ __forceinline__ float recip(float d) { return __fdividef(1.0f, d); }
+/// sqrt(q) for q >= 0 (0 for 0).
+__device__ __forceinline__ float norm_from_sumsq(float q) { return q > 0.0f ? q * rsqrtf(q) : 0.0f; }
 
 __device__ __forceinline__ float stats_meta(int e, bool clamped) { return __int_as_float(e * 2 + (clamped ? 1 : 0)); }
 
@@ -488,7 +516,7 @@ __device__ __forceinline__ void fwd(const FwdParams& p) {
   T* s_x = reinterpret_cast<T*>(smem) + (i64)Gr::index_in_block() * row_slots(n);
   const T* __restrict__ wgt = static_cast<const T*>(p.weight);
   const T* __restrict__ bia = static_cast<const T*>(p.bias);
-  const float inv_n = 1.0f / (float)n;
+  const float inv_n = recip((float)n);
   const bool centred = p.centred != 0;
   const i64 stride = (i64)gridDim.x * Gr::per_block();
   for (i64 row = (i64)blockIdx.x * Gr::per_block() + Gr::index_in_block(); row < p.rows; row += stride) {
@@ -505,28 +533,31 @@ __device__ __forceinline__ void fwd(const FwdParams& p) {
     bad = group_sum_int<BLOCK>(bad);
     float hi = 0.0f, lo = 0.0f, s;
     int e = 0;
+    Scale sc(0);
     bool clamped = false;
     if (bad) {
       hi = lo = s = __int_as_float(0x7fc00000);
     } else {
       e = rescue_exponent(amax);
+      sc = Scale(e);
       const bool l2 = KIND == RMS || KIND == LAYER;
-      const float eps_s = ldexpf(p.eps, l2 ? -2 * e : -e);
+      // eps of the scaled row: eps 2^-2e inside a mean square, eps 2^-e on a scale.
+      const float eps_s = l2 ? sc(sc(p.eps)) : sc(p.eps);
       if (centred) {
         float a = 0.0f;
-        visit_row<T>(s_x, m, G, r, [&](i64, float v) { a += scale_by(v, e); });
+        visit_row<T>(s_x, m, G, r, [&](i64, float v) { a += sc(v); });
         hi = group_sum<BLOCK>(a) * inv_n;
       }
       float stat;  // the kind's statistic: mean square, variance, norm or C * mean |z| etc.
       if (KIND == RMS || KIND == UNIT_L2) {
         float q = 0.0f;
-        visit_row<T>(s_x, m, G, r, [&](i64, float v) { const float x = scale_by(v, e); q += x * x; });
+        visit_row<T>(s_x, m, G, r, [&](i64, float v) { const float x = sc(v); q += x * x; });
         q = group_sum<BLOCK>(q);
-        stat = KIND == RMS ? q * inv_n : sqrtf(q);
+        stat = KIND == RMS ? q * inv_n : norm_from_sumsq(q);
       } else if (KIND == LAYER) {
         float d = 0.0f, q = 0.0f;
         visit_row<T>(s_x, m, G, r, [&](i64, float v) {
-          const float t = scale_by(v, e) - hi;
+          const float t = sc(v) - hi;
           d += t;
           q += t * t;
         });
@@ -537,43 +568,43 @@ __device__ __forceinline__ void fwd(const FwdParams& p) {
       } else {
         if (centred) {
           float d = 0.0f;
-          visit_row<T>(s_x, m, G, r, [&](i64, float v) { d += scale_by(v, e) - hi; });
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { d += sc(v) - hi; });
           lo = group_sum<BLOCK>(d) * inv_n;
         }
         if (KIND == L1) {
           float a = 0.0f;
-          visit_row<T>(s_x, m, G, r, [&](i64, float v) { a += fabsf((scale_by(v, e) - hi) - lo); });
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { a += fabsf((sc(v) - hi) - lo); });
           stat = group_sum<BLOCK>(a) * inv_n;
         } else if (KIND == LINF) {
           float a = 0.0f;
-          visit_row<T>(s_x, m, G, r, [&](i64, float v) { a = fmaxf(a, fabsf((scale_by(v, e) - hi) - lo)); });
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { a = fmaxf(a, fabsf((sc(v) - hi) - lo)); });
           stat = group_max<BLOCK>(a);
         } else {
           float a[TOPK_MAX];
 #pragma unroll
           for (int i = 0; i < TOPK_MAX; i++) a[i] = -1.0f;
-          visit_row<T>(s_x, m, G, r, [&](i64, float v) { topk_insert(a, fabsf((scale_by(v, e) - hi) - lo)); });
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { topk_insert(a, fabsf((sc(v) - hi) - lo)); });
           const int k = p.k;
-          if (k >= 1 && k <= TOPK_MAX) stat = group_topk<BLOCK>(a, k).sum / (float)k;
+          if (k >= 1 && k <= TOPK_MAX) stat = group_topk<BLOCK>(a, k).sum * recip((float)k);
           else stat = __int_as_float(0x7fc00000);
         }
       }
       if (!isfinite(eps_s)) {
         // eps dominates completely (a tiny row scaled up): D = sqrt(eps) or eps, unscaled.
-        const float d = l2 ? sqrtf(p.eps) : p.eps;
-        s = ldexpf(1.0f / d, e);
+        const float d = l2 ? norm_from_sumsq(p.eps) : p.eps;
+        s = Scale(-e)(recip(d));
         clamped = KIND == UNIT_L2;
       } else if (KIND == RMS || KIND == LAYER) {
-        s = 1.0f / sqrtf(stat + eps_s);
+        s = rsqrtf(stat + eps_s);
       } else if (KIND == UNIT_L2) {
         clamped = !(stat >= eps_s);
-        s = 1.0f / (clamped ? eps_s : stat);
+        s = recip(clamped ? eps_s : stat);
       } else {
-        s = 1.0f / (p.c * stat + eps_s);
+        s = recip(p.c * stat + eps_s);
       }
     }
     store_row<T>(yr, s_x, static_cast<const T*>(nullptr), m, G, r, [&](i64 i, float v, float) {
-      const float x = scale_by(v, e);
+      const float x = sc(v);
       float o = (centred ? (x - hi) - lo : x) * s;
       if (wgt) o *= Cvt<T>::to(wgt[i]);
       if (bia) o += Cvt<T>::to(bia[i]);
@@ -608,7 +639,7 @@ __device__ __forceinline__ void bwd(const BwdParams& p) {
   }
   Gr::sync();
   const T* __restrict__ wgt = static_cast<const T*>(p.weight);
-  const float inv_n = 1.0f / (float)n;
+  const float inv_n = recip((float)n);
   const bool centred = p.centred != 0;
   const i64 stride = (i64)gridDim.x * Gr::per_block();
   for (i64 row = (i64)blockIdx.x * Gr::per_block() + gi; row < p.rows; row += stride) {
@@ -622,9 +653,10 @@ __device__ __forceinline__ void bwd(const BwdParams& p) {
     const float hi = st.x, lo = st.y, s = st.z;
     const int meta = __float_as_int(st.w);
     const int e = meta >> 1;
+    const Scale sc(e);
     const bool clamped = (meta & 1) != 0;
     auto zof = [&](float v) {
-      const float x = scale_by(v, e);
+      const float x = sc(v);
       return centred ? (x - hi) - lo : x;
     };
     // Selections of L-inf and Top-k on |z|, ties to the lowest index.
@@ -667,7 +699,7 @@ __device__ __forceinline__ void bwd(const BwdParams& p) {
       dot += g * xh;
     });
     dot = group_sum<BLOCK>(dot);
-    const float k_f = (float)((p.k >= 1 && p.k <= TOPK_MAX) ? p.k : 1);
+    const float c_over_k = p.c * recip((float)((p.k >= 1 && p.k <= TOPK_MAX) ? p.k : 1));
     auto dz = [&](i64 i, float v, float dy) {
       const float z = zof(v);
       const float xh = z * s;
@@ -680,7 +712,7 @@ __device__ __forceinline__ void bwd(const BwdParams& p) {
       // TOPK
       const float a = fabsf(z);
       const bool sel = a > kth || (a == kth && i <= cut);
-      return sel ? s * (g - sg * (dot * p.c / k_f)) : s * g;
+      return sel ? s * (g - sg * (dot * c_over_k)) : s * g;
     };
     float mean = 0.0f;
     if (centred) {
@@ -688,7 +720,7 @@ __device__ __forceinline__ void bwd(const BwdParams& p) {
       visit_row2<T>(s_x, s_dy, m, G, r, [&](i64 i, float v, float dy) { a += dz(i, v, dy); });
       mean = group_sum<BLOCK>(a) * inv_n;
     }
-    store_row<T>(dxr, s_x, s_dy, m, G, r, [&](i64 i, float v, float dy) { return scale_by(dz(i, v, dy) - mean, e); });
+    store_row<T>(dxr, s_x, s_dy, m, G, r, [&](i64 i, float v, float dy) { return sc(dz(i, v, dy) - mean); });
     Gr::sync();
   }
   // One fp32 partial row per block: groups added in group order.

@@ -577,6 +577,7 @@ inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); retu
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __frsqrt_rn(float x) { return (float)(1.0 / std::sqrt((double)x)); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __expf(float x) { return std::exp(x); }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : x > 1.f ? 1.f : x; }
 template <class T>
