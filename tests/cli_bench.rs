@@ -52,6 +52,8 @@ fn bad_flags_are_refused_by_name() {
         (&["bench", "norms", "--quick", "--kinds", "l3"][..], "l3"),
         (&["bench", "norms", "--quick", "--reps", "0"][..], "'0'"),
         (&["bench", "norms", "--quick", "--shapes", "4x4", "--kinds", "topk"][..], "topk8"),
+        (&["bench", "norms", "--quick", "--topk-k", "0"][..], "'0'"),
+        (&["bench", "norms", "--quick", "--copy-mib", "0"][..], "'0'"),
     ] {
         let out = normlab(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -59,4 +61,15 @@ fn bad_flags_are_refused_by_name() {
         assert!(stderr.contains(value), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
+}
+
+/// A shape that cannot fit in memory is refused before anything is allocated (the check reads
+/// /proc/meminfo, so it exists on Linux only).
+#[cfg(target_os = "linux")]
+#[test]
+fn shape_larger_than_memory_is_refused() {
+    let out = normlab(&["bench", "norms", "--shapes", "1000000x1000000", "--dtypes", "f32"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("1000000x1000000") && stderr.contains("MiB"), "{stderr}");
 }

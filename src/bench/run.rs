@@ -9,7 +9,7 @@ use crate::bench::bandwidth::measure_copy;
 use crate::bench::candle_ref::{CandleBaseline, CandleOp};
 use crate::bench::cases::{kind_spec, spec_label, BenchDType, Direction, Shape, BENCH_EPS, DEFAULT_TOPK_K, FULL_SHAPES, KIND_NAMES, QUICK_SHAPES};
 use crate::bench::error::BenchError;
-use crate::bench::machine::Provenance;
+use crate::bench::machine::{memory_from, Provenance};
 use crate::bench::report::{BaselineResult, CaseResult, ConfigEcho, Report, Summary, SCHEMA};
 use crate::bench::timing::measure;
 use crate::bench::workload::Workload;
@@ -63,7 +63,18 @@ impl BenchConfig {
         if self.reps == 0 {
             return Err(BenchError::invalid("reps", 0, "need at least 1 timed run"));
         }
+        let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| memory_from(&m));
         for s in &self.shapes {
+            let need = self.dtypes.iter().map(|&d| bytes_needed(*s, d)).max().unwrap_or(0);
+            if let Some(mem) = memory {
+                if need as f64 > 0.8 * mem as f64 {
+                    return Err(BenchError::invalid(
+                        "shape",
+                        s,
+                        format!("needs about {} MiB, more than 80% of this machine's {} MiB", need >> 20, mem >> 20),
+                    ));
+                }
+            }
             for k in &self.kinds {
                 k.validate(s.n).map_err(|e| BenchError::invalid("norm kind for shape", format!("{} at {s}", spec_label(k)), e))?;
             }
@@ -89,6 +100,12 @@ impl BenchConfig {
             copy_reps: self.copy_reps,
         }
     }
+}
+
+/// Memory one shape and dtype holds at once: x, dy, y, dx, candle's copy of x and candle's
+/// output.
+pub fn bytes_needed(shape: Shape, dtype: BenchDType) -> usize {
+    6 * shape.elems() * dtype.size_bytes()
 }
 
 /// Run the benchmark. `progress` is called with a label before each step ([`BenchConfig::steps`]
@@ -206,6 +223,15 @@ mod tests {
         let json = serde_json::to_string(&r).unwrap();
         let back: Report = serde_json::from_str(&json).unwrap();
         assert_eq!(back.cases.len(), r.cases.len());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn refuses_a_shape_larger_than_memory() {
+        let mut cfg = tiny();
+        cfg.shapes = vec![Shape { rows: 1 << 20, n: 1 << 20 }];
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("1048576x1048576") && e.contains("MiB"), "{e}");
     }
 
     #[test]
