@@ -17,12 +17,18 @@ fn fit(spec: NormSpec, n: usize) -> NormSpec {
 }
 
 /// `loss = sum(norm(x) * g)` by autograd, against `row::backward` with dy = g.
-fn check_autograd<T: Element + WithDType>(spec: &NormSpec, shape: &[usize], weight: bool, bias: bool, seed: u64) -> Result<()> {
+fn check_autograd<T: Element + WithDType>(spec: &NormSpec, shape: &[usize], scale: f64, weight: bool, bias: bool, seed: u64) -> Result<()> {
     let n = *shape.last().unwrap();
     let spec = fit(*spec, n);
     let len: usize = shape.iter().product();
     let mut rng = Rng::new(seed);
-    let x: Vec<T> = cast(&rng.vec(len, 3.0));
+    let mut xf = rng.vec(len, scale);
+    if scale.is_nan() {
+        // A non-finite row: NaN gradients, propagated identically.
+        xf = rng.vec(len, 1.0);
+        xf[0] = f64::NAN;
+    }
+    let x: Vec<T> = cast(&xf);
     let w: Vec<T> = cast(&rng.vec(n, 1.0));
     let b: Vec<T> = cast(&rng.vec(n, 1.0));
     let g: Vec<T> = cast(&rng.vec(len, 1.0));
@@ -39,7 +45,7 @@ fn check_autograd<T: Element + WithDType>(spec: &NormSpec, shape: &[usize], weig
     let y = norm(&xv, &spec, Accum::F32, weight.then_some(&*wv), bias.then_some(&*bv), Some(&tel))?;
     let grads = (y * &gt)?.sum_all()?.backward()?;
     let (dx, dw, db) = ref_backward(&spec, Accum::F32, &x, &g, n, weight.then_some(&w[..]), weight, bias);
-    let what = format!("{spec:?} {:?} {shape:?} w={weight} b={bias}", <T as WithDType>::DTYPE);
+    let what = format!("{spec:?} {:?} {shape:?} scale={scale} w={weight} b={bias}", <T as WithDType>::DTYPE);
     let got = |v: &Var| -> Result<Vec<T>> { values::<T>(grads.get(v).unwrap_or_else(|| panic!("{what}: no gradient"))) };
     assert_all(&format!("dx {what}"), &got(&xv)?, &dx, same);
     if weight {
@@ -59,10 +65,12 @@ fn autograd_equals_reference_backward_every_kind_and_dtype() -> Result<()> {
     for spec in specs() {
         for shape in [&[5usize, 33][..], &[2, 3, 8], &[1, 1], &[4, 1, 100]] {
             for (weight, bias) in [(true, true), (true, false), (false, true), (false, false)] {
-                seed += 1;
-                check_autograd::<f32>(&spec, shape, weight, bias, seed)?;
-                check_autograd::<half::f16>(&spec, shape, weight, bias, seed)?;
-                check_autograd::<half::bf16>(&spec, shape, weight, bias, seed)?;
+                for scale in [3.0, 1e-3, 1e4, f64::NAN] {
+                    seed += 1;
+                    check_autograd::<f32>(&spec, shape, scale, weight, bias, seed)?;
+                    check_autograd::<half::f16>(&spec, shape, scale, weight, bias, seed)?;
+                    check_autograd::<half::bf16>(&spec, shape, scale, weight, bias, seed)?;
+                }
             }
         }
     }
