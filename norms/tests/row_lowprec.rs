@@ -146,7 +146,7 @@ fn shape_strategy() -> impl Strategy<Value = usize> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(64)))]
 
     #[test]
     fn f16_within_one_ulp(seed in any::<u64>(), ni in shape_strategy(), rows in 1usize..6, mag in 0usize..5,
@@ -164,7 +164,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(32))]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(32)))]
 
     #[test]
     fn f8e4m3_within_one_ulp(seed in any::<u64>(), ni in 0usize..9, rows in 1usize..6, mag in 1usize..4,

@@ -1,7 +1,8 @@
 //! Shared helpers of the normlab-norms integration tests.
 //!
 //! - [`textbook`]: an independent f64 implementation of every row norm, written as the
-//!   formulas read (two passes, plain loops, no lanes, no compensation, no rescaling). It is
+//!   formulas read (two passes, plain loops, no lanes, no rescaling; sums are Neumaier-compensated
+//!   so the oracle is accurate to a few ulps for any n and offset). It is
 //!   the oracle the crate's own f64 path is checked against; the crate's f64 path is then the
 //!   oracle of the low-precision paths.
 //! - [`Rng`]: a tiny deterministic generator (splitmix64 + Box-Muller), so proptest only has to
@@ -12,6 +13,12 @@
 #![allow(dead_code)]
 
 use normlab_norms::{row, Accum, ConstMode, Counters, Element, NormKind, NormSpec, RowStats};
+
+/// Number of proptest cases: `default`, or `ROW_TEST_CASES` from the environment for a long
+/// soak run (`ROW_TEST_CASES=2000 cargo test -p normlab-norms --release --test row_lowprec`).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("ROW_TEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 /// Deterministic pseudo-random numbers (splitmix64).
 #[derive(Clone, Debug)]
@@ -148,19 +155,27 @@ pub mod textbook {
         pub clamped: bool,
     }
 
-    fn mean(v: &[f64]) -> f64 {
-        let mut s = 0.0;
-        for &x in v {
-            s += x;
+    /// Neumaier's compensated sum: the oracle's sums are accurate to a few ulps whatever n
+    /// and the offset, so the comparison measures the crate's error, not the oracle's.
+    pub fn sum(v: impl IntoIterator<Item = f64>) -> f64 {
+        let (mut s, mut c) = (0.0f64, 0.0f64);
+        for x in v {
+            let t = s + x;
+            c += if s.abs() >= x.abs() { (s - t) + x } else { (x - t) + s };
+            s = t;
         }
-        s / v.len() as f64
+        s + c
+    }
+
+    fn mean(v: &[f64]) -> f64 {
+        sum(v.iter().copied()) / v.len() as f64
     }
 
     /// Mean of the k largest values (sorted descending, then summed).
     pub fn topk_mean(a: &[f64], k: usize) -> f64 {
         let mut s: Vec<f64> = a.to_vec();
         s.sort_by(|p, q| q.partial_cmp(p).unwrap());
-        s[..k].iter().sum::<f64>() / k as f64
+        sum(s[..k].iter().copied()) / k as f64
     }
 
     /// Statistics of one row: `z = x - mean` (centred) or `x`, then the denominator
@@ -170,7 +185,7 @@ pub mod textbook {
         let mu = if spec.centred { mean(x) } else { 0.0 };
         let z: Vec<f64> = x.iter().map(|&v| v - mu).collect();
         let abs: Vec<f64> = z.iter().map(|v| v.abs()).collect();
-        let sumsq: f64 = z.iter().map(|v| v * v).sum();
+        let sumsq = sum(z.iter().map(|v| v * v));
         let (d, clamped) = match spec.kind {
             NormKind::Rms | NormKind::Layer => ((sumsq / n + spec.eps).sqrt(), false),
             NormKind::UnitL2 => {
@@ -181,7 +196,7 @@ pub mod textbook {
                     (spec.eps, true)
                 }
             }
-            NormKind::L1 => (c * abs.iter().sum::<f64>() / n + spec.eps, false),
+            NormKind::L1 => (c * sum(abs.iter().copied()) / n + spec.eps, false),
             NormKind::LInf => (c * abs.iter().cloned().fold(0.0, f64::max) + spec.eps, false),
             NormKind::TopK { k } => (c * topk_mean(&abs, k) + spec.eps, false),
         };
