@@ -12,4 +12,5 @@ pub use normlab_norms as norms;
 
 pub mod bench;
 pub mod cli;
+pub mod data;
 pub mod ops;
