@@ -292,8 +292,8 @@ pub mod textbook {
     }
 
     /// The smallest gap that decides a non-differentiable choice in the row, in units of |z|:
-    /// L1: min |z_j|; L-inf: largest minus second largest |z|; Top-k: k-th minus (k+1)-th
-    /// largest |z| (infinite when k = n); other kinds: infinite.
+    /// L1: min |z_j|; L-inf: largest minus second largest |z|; Top-k: the smaller of the k-th
+    /// largest |z| and its gap to the (k+1)-th; other kinds: infinite.
     pub fn kink_margin(spec: &NormSpec, x: &[f64]) -> f64 {
         let mu = if spec.centred { mean(x) } else { 0.0 };
         let mut a: Vec<f64> = x.iter().map(|&v| (v - mu).abs()).collect();
@@ -307,11 +307,13 @@ pub mod textbook {
                     a[0] - a[1]
                 }
             }
+            // The selection changes at a tie between the k-th and (k+1)-th largest, and the
+            // sign of a selected z_j changes at 0 (k = n is L1).
             NormKind::TopK { k } => {
                 if k >= a.len() {
-                    f64::INFINITY
+                    a[k - 1]
                 } else {
-                    a[k - 1] - a[k]
+                    (a[k - 1] - a[k]).min(a[k - 1])
                 }
             }
             _ => f64::INFINITY,
