@@ -5,7 +5,7 @@
 //! Its arity follows the affine parameters: `CustomOp1` (x), `CustomOp2` (x, weight or bias)
 //! or `CustomOp3` (x, weight, bias); [`Affine`] says how to read the extra arguments.
 //!
-//! `bwd` hands the saved statistics to the backward op ([`crate::ops::backward`]), applied
+//! `bwd` hands the saved statistics to the backward op (`backward.rs`), applied
 //! without autograd, which returns dx, dweight and dbias from one pass.
 //!
 //! # CUDA
@@ -131,10 +131,7 @@ impl NormFwd {
     /// without them (a forward that tracked nothing) the backward recomputes them.
     fn grads(&self, x: &Tensor, w: Option<&Tensor>, dy: &Tensor, want_dw: bool, want_db: bool) -> Result<Grads> {
         let guard = self.stats.lock().map_err(|_| candle_core::Error::msg("normlab: statistics lock poisoned"))?;
-        let stats = match &*guard {
-            Some(SavedStats::Cpu(s)) => Some(&s[..]),
-            None => None,
-        };
+        let stats = guard.as_ref().map(|SavedStats::Cpu(s)| &s[..]);
         backward::backward(self, x, w, dy, stats, want_dw, want_db)
     }
 }

@@ -1,7 +1,7 @@
 //! Numerical-stability counters of the ops, readable by a training loop.
 //!
 //! Every forward and backward call of an op adds its [`Counters`] (non-finite inputs,
-//! accumulator overflows, non-finite outputs) into an [`Telemetry`] shared through an `Arc`.
+//! accumulator overflows, non-finite outputs) into a [`Telemetry`] shared through an `Arc`.
 //! A module owns one by default; several modules (a whole model) can share one with
 //! `with_telemetry`. The loop reads it with [`Telemetry::snapshot`] or drains it per step with
 //! [`Telemetry::take`]. Atomics keep it `Send + Sync` (candle stores ops in `Arc`s and may run
