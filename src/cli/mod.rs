@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod constants;
 pub mod error;
+pub mod nu;
 pub mod output;
 
 pub use error::CliError;
@@ -38,6 +39,8 @@ pub enum Command {
     Constants(constants::ConstantsArgs),
     /// Speed benchmarks (median times, GB/s, ratio to candle-nn).
     Bench(bench::BenchArgs),
+    /// anGPT's normalisation factors by Monte Carlo, with confidence intervals.
+    Nu(nu::NuArgs),
 }
 
 impl Command {
@@ -45,6 +48,7 @@ impl Command {
         match self {
             Command::Constants(args) => constants::run(args),
             Command::Bench(args) => bench::run(args),
+            Command::Nu(args) => nu::run(args),
         }
     }
 }
