@@ -132,6 +132,16 @@ __device__ __forceinline__ float lanef(const Vec16& v, int j) {
   return Cvt<T>::bits_to((unsigned short)(word_of(v.u, j >> 1) >> ((j & 1) * 16)));
 }
 
+/// 16-byte global store. NVVM split a plain uint4 store into four 32-bit stores in the backward
+/// kernels; __stwb (st.global.wb.v4, the default write-back policy) keeps it one instruction.
+__device__ __forceinline__ void store16(uint4* p, uint4 v) {
+#ifdef SIMT_CPU
+  *p = v;
+#else
+  __stwb(p, v);
+#endif
+}
+
 /// Pack 8 floats, rounded once each to T, into a vector.
 template <class T>
 __device__ __forceinline__ uint4 pack8(const float (&f)[VEC]) {
@@ -345,7 +355,7 @@ __device__ __forceinline__ void store_row(T* __restrict__ o, const T* s, const T
     float res[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; j++) res[j] = out(i0 + j, lanef<T>(q, j), s2 ? lanef<T>(q2, j) : 0.0f);
-    *reinterpret_cast<uint4*>(o + i0) = pack8<T>(res);
+    store16(reinterpret_cast<uint4*>(o + i0), pack8<T>(res));
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) {
     const i64 sl = i + VEC - m.head;
