@@ -198,3 +198,41 @@ impl CustomOp3 for NormFwd {
         Ok((Some(g.dx), g.dweight, g.dbias))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn op(save: bool) -> NormFwd {
+        NormFwd::new(NormSpec::l1(1e-5), Accum::F32, Affine::None, save, None)
+    }
+
+    #[test]
+    fn forward_saves_stats_only_when_asked_and_backward_uses_them() -> Result<()> {
+        let x = Var::new(&[[1f32, -2., 3., 0.5], [4., 0., -1., 2.]], &Device::Cpu)?;
+        let dy = Tensor::new(&[[0.3f32, -1., 0.2, 0.7], [1., 0.5, -0.5, 0.1]], &Device::Cpu)?;
+        let unsaved = op(false);
+        x.apply_op1_no_bwd(&unsaved)?;
+        assert!(unsaved.stats.lock().unwrap().is_none());
+
+        let saved = op(true);
+        x.apply_op1_no_bwd(&saved)?;
+        let rows = match &*saved.stats.lock().unwrap() {
+            Some(SavedStats::Cpu(s)) => s.len(),
+            None => panic!("stats not saved"),
+        };
+        assert_eq!(rows, 2);
+        // Saved and recomputed statistics give the same gradient...
+        let a = saved.grads(&x, None, &dy, false, false)?.dx.flatten_all()?.to_vec1::<f32>()?;
+        let b = unsaved.grads(&x, None, &dy, false, false)?.dx.flatten_all()?.to_vec1::<f32>()?;
+        assert_eq!(a, b);
+        // ...and the backward really reads the saved ones: doubling rscale doubles dx.
+        if let Some(SavedStats::Cpu(s)) = &mut *saved.stats.lock().unwrap() {
+            s.iter_mut().for_each(|st| st.rscale *= 2.0);
+        }
+        let c = saved.grads(&x, None, &dy, false, false)?.dx.flatten_all()?.to_vec1::<f32>()?;
+        assert_ne!(a, c);
+        Ok(())
+    }
+}
