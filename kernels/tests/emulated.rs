@@ -373,3 +373,42 @@ fn bad_requests_are_typed_errors() {
     let e = normlab_kernels::list::Storage::from_dtype(normlab_norms::DType::F32).unwrap_err();
     assert_eq!(e, KernelError::UnsupportedDType(normlab_norms::DType::F32));
 }
+
+mod random_shapes {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Each case is a few emulated launches; 24 cases keep the test in seconds.
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Random shapes, kinds, dtypes, offsets, affine and thread orders: forward and backward
+        /// within the documented bounds.
+        #[test]
+        fn random_cases_match_reference(
+            spec_i in 0usize..10,
+            rows in 1usize..6,
+            n in 1usize..1400,
+            x_off in 0usize..8,
+            y_off in 0usize..8,
+            weight in any::<bool>(),
+            bias in any::<bool>(),
+            bf in any::<bool>(),
+            order_i in 0u64..3,
+            seed in any::<u64>(),
+        ) {
+            let spec = specs()[spec_i];
+            prop_assume!(spec.validate(n).is_ok() && spec.scale_constant(n).is_ok());
+            let order = match order_i { 0 => Order::Fwd, 1 => Order::Rev, _ => Order::Random(seed) };
+            let c = Case { rows, n, data: Data::Normal { mean: 0.2, scale: 3.0 }, weight, bias, x_off, y_off };
+            let o = opts(order, 2);
+            if bf {
+                forward_err::<bf16>(&spec, &c, &o, seed);
+                backward_err::<bf16>(&spec, &Case { bias: false, ..c }, &o, seed);
+            } else {
+                forward_err::<f16>(&spec, &c, &o, seed);
+                backward_err::<f16>(&spec, &Case { bias: false, ..c }, &o, seed);
+            }
+        }
+    }
+}
