@@ -99,6 +99,26 @@ pub trait Real:
     fn load<T: Element>(src: &[T], dst: &mut [Self]);
     /// Round a chunk into storage: one rounding per element.
     fn store<T: Element>(src: &[Self], dst: &mut [T]);
+    /// `x` itself when the storage type is the accumulator type (no conversion needed).
+    #[inline(always)]
+    fn view<T: Element>(x: &[T]) -> Option<&[Self]> {
+        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<Self>() {
+            // SAFETY: T and Self are the same type.
+            Some(unsafe { std::slice::from_raw_parts(x.as_ptr() as *const Self, x.len()) })
+        } else {
+            None
+        }
+    }
+    /// Mutable form of [`Real::view`].
+    #[inline(always)]
+    fn view_mut<T: Element>(x: &mut [T]) -> Option<&mut [Self]> {
+        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<Self>() {
+            // SAFETY: T and Self are the same type.
+            Some(unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut Self, x.len()) })
+        } else {
+            None
+        }
+    }
 }
 
 impl Real for f32 {

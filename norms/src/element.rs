@@ -111,6 +111,10 @@ pub trait Element: Copy + Send + Sync + Default + PartialEq + Debug + 'static {
     fn is_finite(self) -> bool {
         self.to_f64().is_finite()
     }
+    /// Number of NaN and +-Inf values in `v` (from the bits where the type allows).
+    fn count_nonfinite(v: &[Self]) -> u64 {
+        v.iter().filter(|x| !x.is_finite()).count() as u64
+    }
     /// Widen a chunk into f32 (vectorised where the type allows).
     fn load_f32(src: &[Self], dst: &mut [f32]) {
         for (d, s) in dst.iter_mut().zip(src) {
@@ -143,6 +147,9 @@ impl Element for f64 {
     fn from_f32(v: f32) -> Self {
         v as f64
     }
+    fn is_finite(self) -> bool {
+        f64::is_finite(self)
+    }
 }
 
 impl Element for f32 {
@@ -162,6 +169,13 @@ impl Element for f32 {
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
         v
+    }
+    fn is_finite(self) -> bool {
+        f32::is_finite(self)
+    }
+    #[inline(always)]
+    fn count_nonfinite(v: &[Self]) -> u64 {
+        crate::convert::count_nonfinite_bits_u32(v, 0x7F80_0000)
     }
     fn load_f32(src: &[Self], dst: &mut [f32]) {
         dst[..src.len()].copy_from_slice(src);
@@ -189,14 +203,19 @@ impl Element for f16 {
     fn from_f32(v: f32) -> Self {
         f16::from_f32(v)
     }
-    fn load_f32(src: &[Self], dst: &mut [f32]) {
+    fn is_finite(self) -> bool {
+        (self.to_bits() & 0x7C00) != 0x7C00
+    }
+    #[inline(always)]
+    fn count_nonfinite(v: &[Self]) -> u64 {
         use half::slice::HalfFloatSliceExt;
-        src.convert_to_f32_slice(&mut dst[..src.len()]);
+        crate::convert::count_nonfinite_bits(v.reinterpret_cast(), 0x7C00)
+    }
+    fn load_f32(src: &[Self], dst: &mut [f32]) {
+        crate::convert::f16_to_f32(src, dst)
     }
     fn store_f32(src: &[f32], dst: &mut [Self]) {
-        use half::slice::HalfFloatSliceExt;
-        let n = dst.len();
-        dst.convert_from_f32_slice(&src[..n]);
+        crate::convert::f32_to_f16(src, dst)
     }
 }
 
@@ -218,11 +237,21 @@ impl Element for bf16 {
     fn from_f32(v: f32) -> Self {
         bf16::from_f32(v)
     }
+    fn is_finite(self) -> bool {
+        (self.to_bits() & 0x7F80) != 0x7F80
+    }
+    #[inline(always)]
+    fn count_nonfinite(v: &[Self]) -> u64 {
+        use half::slice::HalfFloatSliceExt;
+        crate::convert::count_nonfinite_bits(v.reinterpret_cast(), 0x7F80)
+    }
+    #[inline(always)]
     fn load_f32(src: &[Self], dst: &mut [f32]) {
-        // bf16 -> f32 is a 16-bit shift: written as a plain loop so it vectorises.
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = f32::from_bits((s.to_bits() as u32) << 16);
-        }
+        crate::convert::bf16_to_f32(src, dst)
+    }
+    #[inline(always)]
+    fn store_f32(src: &[f32], dst: &mut [Self]) {
+        crate::convert::f32_to_bf16(src, dst)
     }
 }
 

@@ -35,24 +35,12 @@ pub fn sum_map<A: Real>(v: &[A], f: impl Fn(A) -> A) -> A {
     combine(acc)
 }
 
-/// `(sum f(v_i), sum g(v_i))` in one pass.
+/// `(sum f(v_i), sum g(v_i))`. Fused in one loop, the two accumulator arrays defeat LLVM's
+/// vectoriser inside the large row kernels (measured: 7.7 vs 5.3 instructions per element for
+/// LayerNorm), so this makes two passes over the (cache-resident) row.
 #[inline(always)]
 pub fn sum_map2<A: Real>(v: &[A], f: impl Fn(A) -> A, g: impl Fn(A) -> A) -> (A, A) {
-    let mut a = [A::zero(); LANES];
-    let mut b = [A::zero(); LANES];
-    let chunks = v.chunks_exact(LANES);
-    let rem = chunks.remainder();
-    for c in chunks {
-        for j in 0..LANES {
-            a[j] = a[j] + f(c[j]);
-            b[j] = b[j] + g(c[j]);
-        }
-    }
-    for (j, &x) in rem.iter().enumerate() {
-        a[j] = a[j] + f(x);
-        b[j] = b[j] + g(x);
-    }
-    (combine(a), combine(b))
+    (sum_map(v, f), sum_map(v, g))
 }
 
 /// `sum f(u_i, v_i)` in lanes.
@@ -72,24 +60,38 @@ pub fn sum_zip<A: Real>(u: &[A], v: &[A], f: impl Fn(A, A) -> A) -> A {
     combine(acc)
 }
 
-/// `(max f(v_i), sum f(v_i))`: the sum makes a NaN visible (a max alone would drop it).
+/// The maximum of each lane (`v_j, v_{j+16}, ...`), 0 for empty lanes.
 #[inline(always)]
-pub fn max_and_sum<A: Real>(v: &[A], f: impl Fn(A) -> A) -> (A, A) {
+pub fn lane_max<A: Real>(v: &[A]) -> [A; LANES] {
     let mut m = [A::zero(); LANES];
-    let mut s = [A::zero(); LANES];
+    let chunks = v.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            m[j] = if c[j] > m[j] { c[j] } else { m[j] };
+        }
+    }
+    for (j, &x) in rem.iter().enumerate() {
+        m[j] = if x > m[j] { x } else { m[j] };
+    }
+    m
+}
+
+/// `max f(v_i)` in lanes (0 for an empty slice; NaN is not propagated: pair it with a sum).
+#[inline(always)]
+pub fn max_map<A: Real>(v: &[A], f: impl Fn(A) -> A) -> A {
+    let mut m = [A::zero(); LANES];
     let chunks = v.chunks_exact(LANES);
     let rem = chunks.remainder();
     for c in chunks {
         for j in 0..LANES {
             let a = f(c[j]);
             m[j] = if a > m[j] { a } else { m[j] };
-            s[j] = s[j] + a;
         }
     }
     for (j, &x) in rem.iter().enumerate() {
         let a = f(x);
         m[j] = if a > m[j] { a } else { m[j] };
-        s[j] = s[j] + a;
     }
     let mut best = m[0];
     for &v in &m[1..] {
@@ -97,5 +99,12 @@ pub fn max_and_sum<A: Real>(v: &[A], f: impl Fn(A) -> A) -> (A, A) {
             best = v;
         }
     }
-    (best, combine(s))
+    best
+}
+
+/// `(max f(v_i), sum f(v_i))`: the sum makes a NaN visible (a max alone would drop it).
+/// Two separate lane loops: fused, the two accumulator arrays defeat the vectoriser.
+#[inline(always)]
+pub fn max_and_sum<A: Real>(v: &[A], f: impl Fn(A) -> A + Copy) -> (A, A) {
+    (max_map(v, f), sum_map(v, f))
 }

@@ -15,6 +15,7 @@
 pub mod accum;
 pub mod batch;
 pub mod constants;
+pub mod convert;
 pub mod counters;
 pub mod element;
 pub mod error;

@@ -44,6 +44,7 @@ pub(crate) fn scale_by_pow2<A: Real>(x: &mut [A], e: i32) {
 /// the non-finite elements of the row in its storage type; it is only called when the
 /// statistics came out non-finite. May rescale `x` in place by a power of two (recorded in
 /// `exp2`). A row with a non-finite input gets NaN statistics.
+#[inline(always)]
 pub(crate) fn row_stats<A: Real>(
     ctx: &RowCtx<A>,
     x: &mut [A],
@@ -53,16 +54,10 @@ pub(crate) fn row_stats<A: Real>(
 ) -> RowStats {
     let raw = compute(ctx, x, A::from_f64(ctx.eps), abs_scratch);
     let wide = A::ACCUM.is_wide();
-    let overflowed = !raw.check.is_finite() || !raw.s.is_finite();
-    // Underflow: squares may have been subnormal, and eps is too small to dominate them.
-    let underflow_eps = match ctx.kind {
-        NormKind::UnitL2 => A::TINY.sqrt(),
-        _ => A::TINY,
-    };
-    let underflowed = wide && raw.sumsq.to_f64() < A::TINY && ctx.eps < underflow_eps && raw.sumsq.to_f64() >= 0.0;
-    if !overflowed && !underflowed {
+    if !needs_rescue(ctx, &raw) {
         return raw.widen(0);
     }
+    let overflowed = !raw.check.is_finite() || !raw.s.is_finite();
     if overflowed {
         let bad = nonfinite_inputs();
         if bad > 0 {
@@ -100,6 +95,8 @@ pub(crate) fn row_stats<A: Real>(
 }
 
 /// Write the normalized row into `x` (which holds the row as scaled by `row_stats`).
+/// In-place form of [`normalize_to`] (the batch forms use it).
+#[allow(dead_code)]
 #[inline(always)]
 pub(crate) fn normalize<A: Real>(ctx: &RowCtx<A>, x: &mut [A], st: &RowStats, w: Option<&[A]>, b: Option<&[A]>) {
     let s = A::from_f64(st.rscale);
@@ -124,6 +121,69 @@ pub(crate) fn normalize<A: Real>(ctx: &RowCtx<A>, x: &mut [A], st: &RowStats, w:
     }
 }
 
+/// Like [`row_stats`], but leaves `x` untouched: when the row must be rescaled, the scaled copy
+/// is written to `rescue` and `true` is returned (read the row from `rescue` then).
+#[inline(always)]
+pub(crate) fn stats_view<A: Real>(
+    ctx: &RowCtx<A>,
+    x: &[A],
+    abs_scratch: &mut [A],
+    rescue: &mut [A],
+    nonfinite_inputs: impl FnOnce() -> u64,
+    counters: &mut Counters,
+) -> (RowStats, bool) {
+    let raw = compute(ctx, x, A::from_f64(ctx.eps), abs_scratch);
+    if !needs_rescue(ctx, &raw) {
+        return (raw.widen(0), false);
+    }
+    let buf = &mut rescue[..x.len()];
+    buf.copy_from_slice(x);
+    let st = row_stats(ctx, buf, abs_scratch, nonfinite_inputs, counters);
+    (st, st.exp2 != 0)
+}
+
+#[inline(always)]
+fn needs_rescue<A: Real>(ctx: &RowCtx<A>, raw: &super::stats::Raw<A>) -> bool {
+    let overflowed = !raw.check.is_finite() || !raw.s.is_finite();
+    let underflow_eps = match ctx.kind {
+        NormKind::UnitL2 => A::TINY.sqrt(),
+        _ => A::TINY,
+    };
+    let underflowed =
+        A::ACCUM.is_wide() && raw.sumsq.to_f64() < A::TINY && ctx.eps < underflow_eps && raw.sumsq.to_f64() >= 0.0;
+    overflowed || underflowed
+}
+
+/// The normalized row `dst = ((src - mean_hi) - mean_lo) * rscale * w + b`, `src` being the
+/// row as scaled by the statistics.
+#[inline(always)]
+pub(crate) fn normalize_to<A: Real>(ctx: &RowCtx<A>, src: &[A], dst: &mut [A], st: &RowStats, w: Option<&[A]>, b: Option<&[A]>) {
+    let s = A::from_f64(st.rscale);
+    let dst = &mut dst[..src.len()];
+    if ctx.centred {
+        let hi = A::from_f64(st.mean_hi);
+        let lo = A::from_f64(st.mean_lo);
+        match (w, b) {
+            (None, None) => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = ((v - hi) - lo) * s),
+            (Some(w), None) => dst.iter_mut().zip(src.iter().zip(w)).for_each(|(d, (&v, &w))| *d = ((v - hi) - lo) * s * w),
+            (None, Some(b)) => dst.iter_mut().zip(src.iter().zip(b)).for_each(|(d, (&v, &b))| *d = ((v - hi) - lo) * s + b),
+            (Some(w), Some(b)) => dst
+                .iter_mut()
+                .zip(src.iter().zip(w.iter().zip(b)))
+                .for_each(|(d, (&v, (&w, &b)))| *d = ((v - hi) - lo) * s * w + b),
+        }
+    } else {
+        match (w, b) {
+            (None, None) => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v * s),
+            (Some(w), None) => dst.iter_mut().zip(src.iter().zip(w)).for_each(|(d, (&v, &w))| *d = v * s * w),
+            (None, Some(b)) => dst.iter_mut().zip(src.iter().zip(b)).for_each(|(d, (&v, &b))| *d = v * s + b),
+            (Some(w), Some(b)) => {
+                dst.iter_mut().zip(src.iter().zip(w.iter().zip(b))).for_each(|(d, (&v, (&w, &b)))| *d = v * s * w + b)
+            }
+        }
+    }
+}
+
 #[inline(always)]
 fn sign<A: Real>(v: A) -> A {
     if v > A::zero() {
@@ -144,12 +204,8 @@ pub(crate) fn topk_mask<A: Real>(z: &[A], k: usize, abs_scratch: &mut [A], mask:
         *d = v.abs();
     }
     // The k-th largest value is the threshold.
-    let desc = super::stats::desc_total::<A>;
-    let t = if k < n {
-        *a.select_nth_unstable_by(k - 1, desc).1
-    } else {
-        a.iter().copied().fold(z[0].abs(), |m, v| if v < m { v } else { m })
-    };
+    super::stats::top_k_desc(a, k);
+    let t = a[k - 1];
     let mut taken = 0;
     for (i, m) in mask[..n].iter_mut().enumerate() {
         *m = z[i].abs() > t;
@@ -170,6 +226,7 @@ pub(crate) fn topk_mask<A: Real>(z: &[A], k: usize, abs_scratch: &mut [A], mask:
 /// (overwritten with dx, not yet scaled by 2^-exp2). Accumulates `dy * x̂` into `dw` and `dy`
 /// into `db` when given. `mask` is Top-k scratch.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn row_backward<A: Real>(
     ctx: &RowCtx<A>,
     x: &mut [A],
@@ -193,15 +250,9 @@ pub(crate) fn row_backward<A: Real>(
     // Selections are made on |z|, exactly as the forward computed it.
     let argmax = match ctx.kind {
         NormKind::LInf => {
-            let mut m = 0;
-            let mut best = x[0].abs();
-            for (i, v) in x.iter().enumerate().skip(1) {
-                if v.abs() > best {
-                    best = v.abs();
-                    m = i;
-                }
-            }
-            m
+            // argmax |z|, lowest index on ties: a vectorised max, then the first index holding it.
+            let best = crate::lanes::max_map(x, |v| v.abs());
+            x.iter().position(|v| v.abs() == best).unwrap_or(0)
         }
         NormKind::TopK { k } => {
             topk_mask(x, k, abs_scratch, mask);

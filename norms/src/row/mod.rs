@@ -40,7 +40,8 @@
 mod kernel;
 pub(crate) mod stats;
 
-pub(crate) use kernel::{normalize, row_backward, row_stats, Scratch};
+#[allow(unused_imports)]
+pub(crate) use kernel::{normalize, normalize_to, row_backward, row_stats, stats_view, Scratch};
 pub use stats::RowStats;
 pub(crate) use stats::RowCtx;
 
@@ -93,8 +94,50 @@ pub(crate) fn widen<T: Element, A: Real>(v: Option<&[T]>) -> Option<Vec<A>> {
 }
 
 pub(crate) fn count_nonfinite<T: Element>(v: &[T]) -> u64 {
-    v.iter().filter(|x| !x.is_finite()).count() as u64
+    T::count_nonfinite(v)
 }
+
+/// Whether the CPU has AVX2, FMA and F16C (detected once). The hot loops are compiled twice,
+/// for the baseline target and for these features, and dispatched on this. Both builds give
+/// bit-identical results: Rust never contracts `a*b + c` into an FMA by itself and the lane
+/// order is the same; only the vector width changes.
+#[inline(always)]
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Define `$name` calling the `#[inline(always)]` function `$body` compiled with AVX2/FMA/F16C
+/// when the CPU has them, and for the baseline target otherwise.
+macro_rules! multiversioned {
+    ($(#[$m:meta])* fn $name:ident<$($g:ident: $b:path),*>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $body:ident) => {
+        $(#[$m])*
+        fn $name<$($g: $b),*>($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,f16c")]
+                unsafe fn wide<$($g: $b),*>($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
+                }
+                if has_avx2() {
+                    // SAFETY: the features were detected at run time.
+                    return unsafe { wide($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use multiversioned;
 
 /// Forward of a row form. `x` and `y` are `[rows, n]` row-major; `weight` and `bias` have
 /// length n; `stats` (length rows), if given, receives what the backward needs.
@@ -153,23 +196,63 @@ fn forward_impl<T: Element, A: Real>(
         .zip(stats.par_chunks_mut(rows_per_task))
         .map_init(
             || Scratch::<A>::new(n),
-            |scr, ((yc, xc), sc)| {
-                let mut c = Counters::default();
-                for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
-                    let buf = &mut scr.a[..n];
-                    A::load(xr, buf);
-                    *st = row_stats(&ctx, buf, &mut scr.c, || count_nonfinite(xr), &mut c);
-                    normalize(&ctx, buf, st, w.as_deref(), b.as_deref());
-                    A::store(buf, yr);
-                    if !st.rscale.is_finite() || c.acc_overflow > 0 || c.nonfinite_in > 0 || !yr.iter().all(|v| v.is_finite()) {
-                        c.nonfinite_out += count_nonfinite(yr);
-                    }
-                }
-                c
-            },
+            |scr, ((yc, xc), sc)| forward_rows_mv(&ctx, xc, yc, sc, w.as_deref(), b.as_deref(), scr),
         )
         .reduce(Counters::default, |a, b| a + b);
     Ok(counters)
+}
+
+multiversioned! {
+    fn forward_rows_mv<T: Element, A: Real>(
+        ctx: &RowCtx<A>, xc: &[T], yc: &mut [T], sc: &mut [RowStats], w: Option<&[A]>, b: Option<&[A]>, scr: &mut Scratch<A>,
+    ) -> Counters => forward_rows
+}
+
+multiversioned! {
+    #[allow(clippy::too_many_arguments)]
+    fn backward_rows_mv<T: Element, A: Real>(
+        ctx: &RowCtx<A>, xc: &[T], dyc: &[T], dxc: &mut [T], sc: &[RowStats], w: Option<&[A]>, want_dw: bool, want_db: bool,
+        scr: &mut Scratch<A>, mask: &mut [bool],
+    ) -> (Counters, Option<Vec<A>>, Option<Vec<A>>) => backward_rows
+}
+
+/// Forward of consecutive rows (one parallel task).
+#[inline(always)]
+fn forward_rows<T: Element, A: Real>(
+    ctx: &RowCtx<A>,
+    xc: &[T],
+    yc: &mut [T],
+    sc: &mut [RowStats],
+    w: Option<&[A]>,
+    b: Option<&[A]>,
+    scr: &mut Scratch<A>,
+) -> Counters {
+    let n = scr.a.len();
+    let mut c = Counters::default();
+    for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
+        let Scratch { a, b: sb, c: sc2 } = scr;
+        // Native storage is read in place; other types are widened into `a` once.
+        let xa: &[A] = match A::view(xr) {
+            Some(v) => v,
+            None => {
+                A::load(xr, &mut a[..n]);
+                &a[..n]
+            }
+        };
+        let (stats, rescued) = stats_view(ctx, xa, &mut sc2[..], &mut sb[..], || count_nonfinite(xr), &mut c);
+        *st = stats;
+        let src: &[A] = if rescued { &sb[..n] } else { xa };
+        match A::view_mut(yr) {
+            Some(y) => normalize_to(ctx, src, y, st, w, b),
+            None => {
+                // `src` is `a` or `sb`; `sc2` is free again after the statistics.
+                normalize_to(ctx, src, &mut sc2[..n], st, w, b);
+                A::store(&sc2[..n], yr);
+            }
+        }
+        c.nonfinite_out += count_nonfinite(yr);
+    }
+    c
 }
 
 /// Backward of a row form: `dx` from `dy`, and optionally the weight and bias gradients
@@ -229,21 +312,7 @@ fn backward_impl<T: Element, A: Real>(
         .map_init(
             || (Scratch::<A>::new(n), vec![false; n]),
             |(scr, mask), (((dxc, xc), dyc), sc)| {
-                let mut c = Counters::default();
-                let mut dw = want_dw.then(|| vec![A::zero(); n]);
-                let mut db = want_db.then(|| vec![A::zero(); n]);
-                for (((dxr, xr), dyr), st) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)).zip(sc) {
-                    let (xb, rest) = (&mut scr.a[..n], &mut scr.b[..n]);
-                    A::load(xr, xb);
-                    A::load(dyr, rest);
-                    row_backward(&ctx, xb, rest, st, w.as_deref(), dw.as_deref_mut(), db.as_deref_mut(), &mut scr.c, mask);
-                    if st.exp2 != 0 {
-                        kernel::scale_by_pow2(rest, st.exp2);
-                    }
-                    A::store(rest, dxr);
-                    c.nonfinite_out += count_nonfinite(dxr);
-                }
-                (c, dw, db)
+                backward_rows_mv(&ctx, xc, dyc, dxc, sc, w.as_deref(), want_dw, want_db, scr, mask)
             },
         )
         .collect();
@@ -268,4 +337,37 @@ fn backward_impl<T: Element, A: Real>(
         counters.nonfinite_out += count_nonfinite(out);
     }
     Ok(counters)
+}
+
+/// Backward of one block of consecutive rows, with that block's weight/bias gradient partials.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn backward_rows<T: Element, A: Real>(
+    ctx: &RowCtx<A>,
+    xc: &[T],
+    dyc: &[T],
+    dxc: &mut [T],
+    sc: &[RowStats],
+    w: Option<&[A]>,
+    want_dw: bool,
+    want_db: bool,
+    scr: &mut Scratch<A>,
+    mask: &mut [bool],
+) -> (Counters, Option<Vec<A>>, Option<Vec<A>>) {
+    let n = scr.a.len();
+    let mut c = Counters::default();
+    let mut dw = want_dw.then(|| vec![A::zero(); n]);
+    let mut db = want_db.then(|| vec![A::zero(); n]);
+    for (((dxr, xr), dyr), st) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)).zip(sc) {
+        let (xb, gb) = (&mut scr.a[..n], &mut scr.b[..n]);
+        A::load(xr, xb);
+        A::load(dyr, gb);
+        row_backward(ctx, xb, gb, st, w, dw.as_deref_mut(), db.as_deref_mut(), &mut scr.c, mask);
+        if st.exp2 != 0 {
+            kernel::scale_by_pow2(gb, st.exp2);
+        }
+        A::store(gb, dxr);
+        c.nonfinite_out += count_nonfinite(dxr);
+    }
+    (c, dw, db)
 }
