@@ -46,10 +46,11 @@ pub(crate) fn store1<T: Element, A: Real>(v: A) -> T {
     out[0]
 }
 
-/// Multiply by `2^-e` (undoing the rescue rescale of a channel), a no-op for `e = 0`.
+/// Multiply by `2^-e` (undoing the rescue rescale of a channel), a no-op for `e = 0`. Uses the
+/// row forms' two-factor scaling: a single factor `2^-e` overflows the accumulator for channels
+/// of subnormals (e = -134 in f32).
 pub(crate) fn unscale<A: Real>(v: &mut [A], e: i32) {
     if e != 0 {
-        let f = A::from_f64(2f64.powi(-e));
-        v.iter_mut().for_each(|v| *v = *v * f);
+        crate::row::scale_by_pow2(v, e);
     }
 }

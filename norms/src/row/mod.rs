@@ -41,7 +41,7 @@ mod kernel;
 pub(crate) mod stats;
 
 #[allow(unused_imports)]
-pub(crate) use kernel::{normalize, normalize_to, row_backward, row_stats, stats_view, Scratch};
+pub(crate) use kernel::{normalize, normalize_to, row_backward, row_stats, scale_by_pow2, stats_view, Scratch};
 pub use stats::RowStats;
 pub(crate) use stats::RowCtx;
 
