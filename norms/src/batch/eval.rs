@@ -44,7 +44,7 @@ pub(super) fn forward<T: Element, A: Real>(
             |scr, ch| {
                 let buf = &mut scr.row.a[..m];
                 layout.gather(ch, x, buf);
-                normalize(&ctx, buf, &frozen[ch], None, None);
+                normalize(&ctx, buf, &frozen[ch]);
                 affine(buf, w.as_ref().map(|w| w[ch]), b.as_ref().map(|b| b[ch]));
                 let out = store::<T, A>(buf);
                 let c = Counters {
@@ -94,7 +94,7 @@ pub(super) fn backward<T: Element, A: Real>(
                 let dw = want_dw.then(|| {
                     layout.gather(ch, x, xb);
                     unscale(xb, st.exp2);
-                    normalize(&ctx, xb, st, None, None);
+                    normalize(&ctx, xb, st);
                     lanes::sum_zip(g, xb, |d, xh| d * xh)
                 });
                 let s = A::from_f64(st.rscale);

@@ -120,7 +120,7 @@ fn train_forward<T: Element, A: Real>(
                 // `normalize` with rscale = 2^exp2 computes ((x - hi) - lo) * 2^exp2: the
                 // centred value, the rescue rescale undone exactly.
                 let centre = RowStats { rscale: A::from_f64(2f64.powi(st.exp2)).to_f64(), ..st };
-                normalize(&ctx, buf, &centre, None, None);
+                normalize(&ctx, buf, &centre);
                 affine(buf, None, b.as_ref().map(|b| b[ch]));
                 let out = store::<T, A>(buf);
                 c.nonfinite_out += count_nonfinite(&out);

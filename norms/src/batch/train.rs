@@ -48,7 +48,7 @@ pub(super) fn forward<T: Element, A: Real>(
                 let buf = &mut scr.row.a[..m];
                 layout.gather(ch, x, buf);
                 let st = row_stats(&ctx, buf, &mut scr.row.c, || layout.count_nonfinite(ch, x), &mut c);
-                normalize(&ctx, buf, &st, None, None);
+                normalize(&ctx, buf, &st);
                 affine(buf, w.as_ref().map(|w| w[ch]), b.as_ref().map(|b| b[ch]));
                 let out = store::<T, A>(buf);
                 c.nonfinite_out += count_nonfinite(&out);

@@ -95,29 +95,16 @@ pub(crate) fn row_stats<A: Real>(
 }
 
 /// Write the normalized row into `x` (which holds the row as scaled by `row_stats`).
-/// In-place form of [`normalize_to`] (the batch forms use it).
-#[allow(dead_code)]
+/// In-place, affine-free form of [`normalize_to`]: `x <- ((x - mean_hi) - mean_lo) * rscale`.
+/// The batch forms use it (their affine is per channel, applied around it).
 #[inline(always)]
-pub(crate) fn normalize<A: Real>(ctx: &RowCtx<A>, x: &mut [A], st: &RowStats, w: Option<&[A]>, b: Option<&[A]>) {
+pub(crate) fn normalize<A: Real>(ctx: &RowCtx<A>, x: &mut [A], st: &RowStats) {
     let s = A::from_f64(st.rscale);
     if ctx.centred {
-        let hi = A::from_f64(st.mean_hi);
-        let lo = A::from_f64(st.mean_lo);
-        match (w, b) {
-            (None, None) => x.iter_mut().for_each(|v| *v = ((*v - hi) - lo) * s),
-            (Some(w), None) => x.iter_mut().zip(w).for_each(|(v, &w)| *v = ((*v - hi) - lo) * s * w),
-            (None, Some(b)) => x.iter_mut().zip(b).for_each(|(v, &b)| *v = ((*v - hi) - lo) * s + b),
-            (Some(w), Some(b)) => {
-                x.iter_mut().zip(w.iter().zip(b)).for_each(|(v, (&w, &b))| *v = ((*v - hi) - lo) * s * w + b)
-            }
-        }
+        let (hi, lo) = (A::from_f64(st.mean_hi), A::from_f64(st.mean_lo));
+        x.iter_mut().for_each(|v| *v = ((*v - hi) - lo) * s);
     } else {
-        match (w, b) {
-            (None, None) => x.iter_mut().for_each(|v| *v = *v * s),
-            (Some(w), None) => x.iter_mut().zip(w).for_each(|(v, &w)| *v = *v * s * w),
-            (None, Some(b)) => x.iter_mut().zip(b).for_each(|(v, &b)| *v = *v * s + b),
-            (Some(w), Some(b)) => x.iter_mut().zip(w.iter().zip(b)).for_each(|(v, (&w, &b))| *v = *v * s * w + b),
-        }
+        x.iter_mut().for_each(|v| *v = *v * s);
     }
 }
 

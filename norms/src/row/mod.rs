@@ -319,22 +319,22 @@ fn backward_impl<T: Element, A: Real>(
     let mut counters = Counters::default();
     let mut dw_sum = want_dw.then(|| vec![A::zero(); n]);
     let mut db_sum = want_db.then(|| vec![A::zero(); n]);
+    // Block partials summed in block order: the result does not depend on the thread count.
+    let add = |acc: &mut Option<Vec<A>>, part: Option<Vec<A>>| {
+        if let (Some(acc), Some(p)) = (acc.as_mut(), part) {
+            acc.iter_mut().zip(p).for_each(|(a, p)| *a = *a + p);
+        }
+    };
     for (c, dw, db) in results {
         counters += c;
-        if let (Some(acc), Some(p)) = (dw_sum.as_mut(), dw) {
-            acc.iter_mut().zip(p).for_each(|(a, p)| *a = *a + p);
-        }
-        if let (Some(acc), Some(p)) = (db_sum.as_mut(), db) {
-            acc.iter_mut().zip(p).for_each(|(a, p)| *a = *a + p);
-        }
+        add(&mut dw_sum, dw);
+        add(&mut db_sum, db);
     }
-    if let (Some(out), Some(acc)) = (dweight, dw_sum) {
-        A::store(&acc, out);
-        counters.nonfinite_out += count_nonfinite(out);
-    }
-    if let (Some(out), Some(acc)) = (dbias, db_sum) {
-        A::store(&acc, out);
-        counters.nonfinite_out += count_nonfinite(out);
+    for (out, acc) in [(dweight, dw_sum), (dbias, db_sum)] {
+        if let (Some(out), Some(acc)) = (out, acc) {
+            A::store(&acc, out);
+            counters.nonfinite_out += count_nonfinite(out);
+        }
     }
     Ok(counters)
 }
