@@ -37,7 +37,7 @@ use crate::counters::Counters;
 use crate::element::Element;
 use crate::error::Result;
 use crate::lanes;
-use crate::row::{check_len, count_nonfinite, ctx, normalize, row_stats, widen, RowStats};
+use crate::row::{check_len, check_opt_len, count_nonfinite, ctx, normalize, row_stats, widen, RowStats};
 use crate::spec::{ConstMode, NormSpec};
 
 /// Forward of mean-only batch norm. `bias` (β) has one value per channel. In train mode the
@@ -55,9 +55,7 @@ pub fn forward<T: Element>(
     let c = layout.channels();
     check_len("input", layout.len(), x.len())?;
     check_len("output", layout.len(), y.len())?;
-    if let Some(b) = bias {
-        check_len("bias", c, b.len())?;
-    }
+    check_opt_len("bias", c, bias)?;
     if let Some(r) = running.as_deref() {
         r.validate(c)?;
     }
@@ -88,9 +86,7 @@ pub fn backward<T: Element>(
     layout.validate()?;
     check_len("dy", layout.len(), dy.len())?;
     check_len("dx", layout.len(), dx.len())?;
-    if let Some(d) = dbias.as_deref() {
-        check_len("dbias", layout.channels(), d.len())?;
-    }
+    check_opt_len("dbias", layout.channels(), dbias.as_deref())?;
     Ok(crate::with_accum!(accum, A => backward_impl::<T, A>(&layout, dy, mode, dx, dbias)))
 }
 

@@ -73,7 +73,7 @@ use crate::accum::{Accum, Real};
 use crate::counters::Counters;
 use crate::element::Element;
 use crate::error::{NormError, Result};
-use crate::row::{check_len, RowStats};
+use crate::row::{check_len, check_opt_len, RowStats};
 use crate::spec::{NormKind, NormSpec};
 
 /// Train mode (batch statistics, running statistics updated) or eval mode (running
@@ -128,15 +128,9 @@ pub fn forward<T: Element>(
     let (c, m) = check_layout(spec, &layout)?;
     check_len("input", layout.len(), x.len())?;
     check_len("output", layout.len(), y.len())?;
-    if let Some(w) = weight {
-        check_len("weight", c, w.len())?;
-    }
-    if let Some(b) = bias {
-        check_len("bias", c, b.len())?;
-    }
-    if let Some(s) = stats.as_deref() {
-        check_len("stats", c, s.len())?;
-    }
+    check_opt_len("weight", c, weight)?;
+    check_opt_len("bias", c, bias)?;
+    check_opt_len("stats", c, stats.as_deref())?;
     if let Some(r) = running.as_deref() {
         r.validate(c)?;
     }
@@ -201,15 +195,9 @@ pub fn backward<T: Element>(
     check_len("dy", layout.len(), dy.len())?;
     check_len("dx", layout.len(), dx.len())?;
     check_len("stats", c, stats.len())?;
-    if let Some(w) = weight {
-        check_len("weight", c, w.len())?;
-    }
-    if let Some(d) = dweight.as_deref() {
-        check_len("dweight", c, d.len())?;
-    }
-    if let Some(d) = dbias.as_deref() {
-        check_len("dbias", c, d.len())?;
-    }
+    check_opt_len("weight", c, weight)?;
+    check_opt_len("dweight", c, dweight.as_deref())?;
+    check_opt_len("dbias", c, dbias.as_deref())?;
     crate::with_accum!(accum, A => match mode {
         Mode::Train => train::backward::<T, A>(spec, &layout, x, dy, stats, weight, dx, dweight, dbias),
         Mode::Eval => eval::backward::<T, A>(spec, &layout, x, dy, stats, weight, dx, dweight, dbias),

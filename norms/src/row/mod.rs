@@ -66,6 +66,11 @@ pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Resu
     Ok(())
 }
 
+/// [`check_len`] for an optional slice (weight, bias, their gradients): absent is fine.
+pub(crate) fn check_opt_len<T>(what: &'static str, expected: usize, v: Option<&[T]>) -> Result<()> {
+    v.map_or(Ok(()), |v| check_len(what, expected, v.len()))
+}
+
 /// Number of rows of `x` viewed as `[rows, n]`, after validating the spec and lengths.
 fn rows_of<T>(spec: &NormSpec, x: &[T], n: usize) -> Result<usize> {
     spec.validate(n)?;
@@ -154,12 +159,8 @@ pub fn forward<T: Element>(
 ) -> Result<Counters> {
     let rows = rows_of(spec, x, n)?;
     check_len("output", x.len(), y.len())?;
-    if let Some(w) = weight {
-        check_len("weight", n, w.len())?;
-    }
-    if let Some(b) = bias {
-        check_len("bias", n, b.len())?;
-    }
+    check_opt_len("weight", n, weight)?;
+    check_opt_len("bias", n, bias)?;
     let mut own = Vec::new();
     let stats = match stats {
         Some(s) => {
@@ -274,15 +275,9 @@ pub fn backward<T: Element>(
     check_len("dy", x.len(), dy.len())?;
     check_len("dx", x.len(), dx.len())?;
     check_len("stats", rows, stats.len())?;
-    if let Some(w) = weight {
-        check_len("weight", n, w.len())?;
-    }
-    if let Some(d) = dweight.as_deref() {
-        check_len("dweight", n, d.len())?;
-    }
-    if let Some(d) = dbias.as_deref() {
-        check_len("dbias", n, d.len())?;
-    }
+    check_opt_len("weight", n, weight)?;
+    check_opt_len("dweight", n, dweight.as_deref())?;
+    check_opt_len("dbias", n, dbias.as_deref())?;
     crate::with_accum!(accum, A => backward_impl::<T, A>(spec, x, dy, n, stats, weight, dx, dweight, dbias))
 }
 
