@@ -40,7 +40,7 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use crate::model::attention::{causal_attention, ScoreScale};
 use crate::model::factors::AngptFactors;
 use crate::model::init::Builder;
-use crate::model::layers::{cast, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
+use crate::model::layers::{cast, logits_out, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
 use crate::model::norm_site::{NormSite, Target};
 use crate::model::project::{project, Constraint};
 use crate::model::rope::{RopeKind, RopeTables};
@@ -189,7 +189,7 @@ impl LanguageModel for AnGpt {
         }
         let sz = self.sz.var.as_tensor().affine(self.sz.factor, 0.0)?;
         let head = self.lm_head.as_tensor().broadcast_mul(&sz.reshape((self.cfg.vocab, 1))?)?.to_dtype(dt)?;
-        let logits = linear(&h, &head)?.to_dtype(DType::F32)?;
+        let logits = logits_out(linear(&h, &head)?)?;
         Ok(ForwardOut { logits, probes })
     }
 }

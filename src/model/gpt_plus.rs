@@ -25,7 +25,7 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 
 use crate::model::attention::{causal_attention, ScoreScale};
 use crate::model::init::Builder;
-use crate::model::layers::{cast, embedding, linear, mean_norm, swiglu};
+use crate::model::layers::{cast, logits_out, embedding, linear, mean_norm, swiglu};
 use crate::model::norm_site::{NormSite, Target};
 use crate::model::rope::{RopeKind, RopeTables};
 use crate::model::{check_tokens, ForwardCtx, ForwardOut, LanguageModel, LayerProbe, ModelConfig, ModelError, ParamGroup, ParamStore};
@@ -138,7 +138,7 @@ impl LanguageModel for GptPlus {
             }
         }
         let hf = self.site_d.apply(&h, Some(&cast(&self.rms_f, dt)?), ctx.accum, tel)?;
-        let logits = linear(&hf, &cast(&self.lm_head, dt)?)?.to_dtype(DType::F32)?;
+        let logits = logits_out(linear(&hf, &cast(&self.lm_head, dt)?)?)?;
         Ok(ForwardOut { logits, probes })
     }
 }

@@ -81,3 +81,14 @@ pub(crate) fn lerp_factor(a: &Tensor) -> Result<Tensor> {
 pub(crate) fn mean_norm(x: &Tensor) -> Result<f64> {
     x.detach().to_dtype(DType::F64)?.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.mean_all()?.to_scalar::<f64>()
 }
+
+/// Logits as the models return them: f32, except on the f64 reference path (compute f64),
+/// which keeps f64 so that gradient checks by finite differences are not limited by an f32
+/// rounding of the output.
+pub(crate) fn logits_out(x: Tensor) -> Result<Tensor> {
+    if x.dtype() == DType::F64 {
+        Ok(x)
+    } else {
+        x.to_dtype(DType::F32)
+    }
+}

@@ -6,7 +6,7 @@
 //!   pure modes), initialised from a seed, already projected (nGPT/anGPT constraints hold).
 //! - [`LanguageModel::forward`] runs in `ctx.compute` (parameters are cast at use, which is
 //!   differentiable, so mixed precision gets f32 gradients on f32 masters) and returns f32
-//!   logits `[B, T, vocab]`, plus per-layer norms when `ctx.probes`.
+//!   logits `[B, T, vocab]` (f64 on the f64 reference path), plus per-layer norms when `ctx.probes`.
 //! - [`LanguageModel::project`] applies the post-optimizer-step constraints in place on the
 //!   `Var`s the optimizer owns (nGPT unit norm, anGPT `||w|| <= 1`; GPT+: nothing).
 //! - The norms' counters accumulate in [`LanguageModel::telemetry`].
@@ -57,7 +57,8 @@ pub struct LayerProbe {
 /// What a forward pass returns.
 #[derive(Clone, Debug)]
 pub struct ForwardOut {
-    /// `[B, T, vocab]`, f32.
+    /// `[B, T, vocab]`, f32 (f64 when `ForwardCtx::compute` is f64: the reference path of the
+    /// gradient checks).
     pub logits: Tensor,
     /// One per layer when `ForwardCtx::probes`, else empty.
     pub probes: Vec<LayerProbe>,

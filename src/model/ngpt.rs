@@ -37,7 +37,7 @@ use normlab_norms::weight::Axis;
 
 use crate::model::attention::{causal_attention, ScoreScale};
 use crate::model::init::Builder;
-use crate::model::layers::{cast, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
+use crate::model::layers::{cast, logits_out, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
 use crate::model::norm_site::{NormSite, Target};
 use crate::model::project::{project, Constraint};
 use crate::model::rope::{RopeKind, RopeTables};
@@ -187,7 +187,7 @@ impl LanguageModel for NGpt {
         // diag(s_z) W_h h.
         let sz = self.sz.var.as_tensor().affine(self.sz.factor, 0.0)?;
         let head = self.lm_head.as_tensor().broadcast_mul(&sz.reshape((self.cfg.vocab, 1))?)?.to_dtype(dt)?;
-        let logits = linear(&h, &head)?.to_dtype(DType::F32)?;
+        let logits = logits_out(linear(&h, &head)?)?;
         Ok(ForwardOut { logits, probes })
     }
 }
