@@ -117,3 +117,49 @@ pub(crate) fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: ScoreS
     let p = scores.contiguous()?.apply_op1(CausalSoftmax)?.to_dtype(dtype)?;
     p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h * d_h))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn causal_softmax_masks_the_future_and_sums_to_one() {
+        let (t, h) = (6, 2);
+        let v: Vec<f32> = (0..h * t * t).map(|i| (0.9 * i as f32).sin() * 3.0).collect();
+        let x = Tensor::from_vec(v.clone(), (1, h, t, t), &Device::Cpu).unwrap();
+        let p: Vec<f32> = x.apply_op1(CausalSoftmax).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        for row in 0..h * t {
+            let q = row % t;
+            let s = &v[row * t..(row + 1) * t];
+            let m = s[..=q].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let z: f64 = s[..=q].iter().map(|&a| ((a - m) as f64).exp()).sum();
+            for k in 0..t {
+                let want = if k <= q { ((s[k] - m) as f64).exp() / z } else { 0.0 };
+                assert!((p[row * t + k] as f64 - want).abs() < 1e-6, "row {row} key {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn causal_softmax_gradient_matches_finite_differences() {
+        let t = 4;
+        let v: Vec<f64> = (0..t * t).map(|i| (1.7 * i as f64).cos()).collect();
+        let w: Vec<f64> = (0..t * t).map(|i| (0.3 * i as f64).sin()).collect();
+        let wt = Tensor::from_vec(w, (t, t), &Device::Cpu).unwrap();
+        let f = |v: &[f64]| -> f64 {
+            let x = Tensor::from_vec(v.to_vec(), (t, t), &Device::Cpu).unwrap();
+            (x.apply_op1(CausalSoftmax).unwrap() * &wt).unwrap().sum_all().unwrap().to_scalar().unwrap()
+        };
+        let x = candle_core::Var::from_tensor(&Tensor::from_vec(v.clone(), (t, t), &Device::Cpu).unwrap()).unwrap();
+        let g = (x.apply_op1(CausalSoftmax).unwrap() * &wt).unwrap().sum_all().unwrap().backward().unwrap();
+        let g: Vec<f64> = g.get(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        for i in 0..t * t {
+            let (mut a, mut b) = (v.clone(), v.clone());
+            a[i] += 1e-6;
+            b[i] -= 1e-6;
+            let fd = (f(&a) - f(&b)) / 2e-6;
+            assert!((fd - g[i]).abs() < 1e-8, "{i}: {fd} vs {}", g[i]);
+        }
+    }
+}

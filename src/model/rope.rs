@@ -82,3 +82,60 @@ impl RopeTables {
         Tensor::stack(&[o0, o1], 4)?.reshape((b, t, h, d_h))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(t: usize, d_h: usize) -> (Tensor, Vec<f64>) {
+        let v: Vec<f64> = (0..t * d_h).map(|i| (0.37 * i as f64 + 0.1).sin()).collect();
+        (Tensor::from_vec(v.clone(), (1, t, 1, d_h), &Device::Cpu).unwrap(), v)
+    }
+
+    #[test]
+    fn standard_rope_rotates_pairs_and_keeps_the_norm() {
+        let (t, d_h) = (5, 8);
+        let (x, v) = input(t, d_h);
+        let y = RopeTables::new(RopeKind::Standard, t, d_h, DType::F64, &Device::Cpu).unwrap().apply(&x).unwrap();
+        let y: Vec<f64> = y.flatten_all().unwrap().to_vec1().unwrap();
+        for pos in 0..t {
+            for i in 0..d_h / 2 {
+                let th = pos as f64 * 10000f64.powf(-2.0 * i as f64 / d_h as f64);
+                let (x0, x1) = (v[pos * d_h + 2 * i], v[pos * d_h + 2 * i + 1]);
+                assert!((y[pos * d_h + 2 * i] - (x0 * th.cos() - x1 * th.sin())).abs() < 1e-14);
+                assert!((y[pos * d_h + 2 * i + 1] - (x0 * th.sin() + x1 * th.cos())).abs() < 1e-14);
+            }
+            let n = |s: &[f64]| s.iter().map(|a| a * a).sum::<f64>();
+            assert!((n(&y[pos * d_h..(pos + 1) * d_h]) - n(&v[pos * d_h..(pos + 1) * d_h])).abs() < 1e-13);
+        }
+    }
+
+    #[test]
+    fn ngpt_code_rope_follows_the_python_ops() {
+        // NVIDIA/ngpt: E[:, 0::2] = sin(pos * div), E[:, 1::2] = cos(pos * div),
+        // div = exp(arange(0, d_h, 2) * -ln(10000)/d_h); sin, cos = E.chunk(2, -1);
+        // out = stack((-q[1::2], q[::2]), -1) * stack((cos, sin), -1).
+        let (t, d_h) = (4, 8);
+        let (x, v) = input(t, d_h);
+        let y = RopeTables::new(RopeKind::NgptCode, t, d_h, DType::F64, &Device::Cpu).unwrap().apply(&x).unwrap();
+        let y: Vec<f64> = y.flatten_all().unwrap().to_vec1().unwrap();
+        for pos in 0..t {
+            let e: Vec<f64> = (0..d_h)
+                .map(|c| {
+                    let div = ((c / 2 * 2) as f64 * -(10000f64.ln()) / d_h as f64).exp();
+                    if c % 2 == 0 { (pos as f64 * div).sin() } else { (pos as f64 * div).cos() }
+                })
+                .collect();
+            let (sin, cos) = e.split_at(d_h / 2);
+            for i in 0..d_h / 2 {
+                let q = &v[pos * d_h..(pos + 1) * d_h];
+                assert!((y[pos * d_h + 2 * i] - (-q[2 * i + 1] * cos[i])).abs() < 1e-14);
+                assert!((y[pos * d_h + 2 * i + 1] - q[2 * i] * sin[i]).abs() < 1e-14);
+                if pos == 0 && i % 2 == 0 {
+                    // algorithms.md 1.3.1: at t = 0 the pairs with even i are zeroed.
+                    assert_eq!((y[2 * i], y[2 * i + 1]), (0.0, 0.0));
+                }
+            }
+        }
+    }
+}
