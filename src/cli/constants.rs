@@ -325,6 +325,23 @@ mod tests {
     }
 
     #[test]
+    fn monte_carlo_does_not_depend_on_the_thread_count() {
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| monte_carlo(33, Some(4), 1000, 5, MC_LEVEL, &|_, _| {}).unwrap())
+        };
+        let one = run(1);
+        assert_eq!(one, run(3));
+        // 1000 rows in chunks of 256: the last chunk is cut, every row counted once.
+        assert_eq!(one.samples, 1000);
+        assert!(one.topk.is_some() && one.inf.within_ci == (one.inf.c_lo <= one.inf.c_exact && one.inf.c_exact <= one.inf.c_hi));
+        let e = monte_carlo(33, None, 1, 5, MC_LEVEL, &|_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("--samples") && e.contains("'1'"), "{e}");
+        let e = monte_carlo(33, None, 100, 5, 1.0, &|_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("--level") && e.contains("'1'"), "{e}");
+    }
+
+    #[test]
     fn refuses_bad_n_and_k_naming_the_value() {
         let e = compute(0, None).unwrap_err().to_string();
         assert!(e.contains("'0'") && e.contains("--n"), "{e}");
