@@ -9,12 +9,15 @@ fn main() {
     println!("cargo:rerun-if-changed=src/cuda/rownorm.cu");
     println!("cargo:rerun-if-changed=src/cuda/simt_cpu.h");
     println!("cargo:rerun-if-changed=src/cpu/launch.cpp");
+    println!("cargo:rerun-if-changed=src/cuda/project.cu");
+    println!("cargo:rerun-if-changed=src/cpu/project_launch.cpp");
     println!("cargo:rerun-if-env-changed=NORMLAB_KERNELS_SANITIZE");
     let sanitize = std::env::var("NORMLAB_KERNELS_SANITIZE").ok().filter(|s| !s.is_empty());
     let mut b = cc::Build::new();
     b.cpp(true)
         .std("c++20")
         .file("src/cpu/launch.cpp")
+        .file("src/cpu/project_launch.cpp")
         .include("src/cuda")
         // CUDA code reinterprets 16-byte vectors as 16-bit elements in shared memory, which
         // nvcc accepts; tell g++ not to optimise on strict aliasing.

@@ -259,3 +259,72 @@ pub fn backward<T: Half16>(
     }
     Ok(p)
 }
+
+// ---------------------------------------------------------------- weight projections (project.cu)
+
+extern "C" {
+    fn nl_cpu_project_launch(
+        name: *const c_char,
+        grid: u32,
+        block: u32,
+        params: *const c_void,
+        order: i32,
+        seed: u64,
+        engine: i32,
+        reverse_blocks: i32,
+    ) -> i32;
+    fn nl_cpu_project_kernel_count() -> usize;
+    fn nl_cpu_project_kernel_name(i: usize) -> *const c_char;
+}
+
+/// Names of the projection kernels the CPU launcher knows (project.cu's list), sorted.
+pub fn project_kernel_names() -> Vec<String> {
+    let mut v: Vec<String> = (0..unsafe { nl_cpu_project_kernel_count() })
+        .map(|i| unsafe { CStr::from_ptr(nl_cpu_project_kernel_name(i)) }.to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The fused projection kernel on the emulator: every matrix of `mats` in ONE launch, in place,
+/// with the descriptor table a GPU would get. Returns one report per matrix (the CPU path's
+/// counts of projected, unchanged, zero and non-finite lines).
+pub fn project<T: crate::project::ProjElem>(
+    mats: &mut [crate::project::ProjMatrix<'_, T>],
+    opts: &EmuOptions,
+) -> Result<Vec<normlab_norms::weight::ProjectReport>> {
+    use crate::project::{plan_project, reports, ProjParams};
+    let specs: Vec<_> = mats.iter().map(|m| (m.shape, m.projection, m.w.len())).collect();
+    let mut plan = plan_project(T::STORAGE, &specs)?;
+    if plan.grid == 0 {
+        return Ok(Vec::new());
+    }
+    for (d, m) in plan.descs.iter_mut().zip(mats.iter_mut()) {
+        d.w = m.w.as_mut_ptr() as *mut c_void;
+    }
+    let mut counts = vec![0i32; 4 * plan.grid as usize];
+    let params = ProjParams { desc: plan.descs.as_ptr(), count: plan.descs.len() as i32, counts: counts.as_mut_ptr() };
+    let c = CString::new(plan.kernel.as_str()).map_err(|_| KernelError::UnknownKernel(plan.kernel.clone()))?;
+    let (order, seed) = match opts.order {
+        Order::Fwd => (0, 0),
+        Order::Rev => (1, 0),
+        Order::Random(s) => (2, s),
+    };
+    let engine = match opts.engine {
+        Engine::Default => -1,
+        Engine::Serial => 0,
+        Engine::Parallel => 1,
+    };
+    // SAFETY: every descriptor points into a live, exclusively borrowed slice whose length was
+    // checked against its shape by the plan; `counts` holds 4 ints per block of the grid.
+    let rc = unsafe {
+        nl_cpu_project_launch(c.as_ptr(), plan.grid, plan.block, &params as *const ProjParams as *const c_void, order, seed, engine, opts.reverse_blocks as i32)
+    };
+    if rc != 0 {
+        return Err(KernelError::UnknownKernel(plan.kernel));
+    }
+    for d in plan.descs.iter_mut() {
+        d.w = std::ptr::null_mut();
+    }
+    Ok(reports(&plan, &counts))
+}

@@ -9,6 +9,8 @@
 //! - [`plan`]: host-side launch planning: validation with typed errors (k > 32, rows too wide for
 //!   shared memory, unsupported dtypes), thread mapping, grid, shared memory.
 //! - [`params`]: the `#[repr(C)]` kernel parameter structs and the saved per-row statistics.
+//! - [`project`]: host side of the fused nGPT/anGPT weight projection (`src/cuda/project.cu`):
+//!   descriptor table, block prefix sums, typed errors, per-matrix reports.
 //! - [`cpu`]: execution of the very same .cu files on the CPU through the SIMT emulator
 //!   (`src/cuda/simt_cpu.h`), used by the tests against normlab-norms' f64 reference.
 //!
@@ -19,6 +21,7 @@ pub mod error;
 pub mod list;
 pub mod params;
 pub mod plan;
+pub mod project;
 pub mod sources;
 
 pub use error::{KernelError, Result};

@@ -117,3 +117,10 @@ pub fn all_names() -> Vec<String> {
     v.sort();
     v
 }
+
+/// Every weight-projection entry point (`src/cuda/project.cu`): `nl_project_<f32|f16|bf16>`, sorted.
+pub fn project_names() -> Vec<String> {
+    let mut v: Vec<String> = crate::project::ProjStorage::ALL.iter().map(|s| s.kernel()).collect();
+    v.sort();
+    v
+}

@@ -11,3 +11,7 @@ pub const ROWNORM_CU_NAME: &str = "rownorm.cu";
 /// NVRTC options used by the compile gate (and by a runtime), besides `--gpu-architecture`.
 /// `-default-device` is not used: every kernel is `__global__`.
 pub const NVRTC_OPTIONS: &[&str] = &["--std=c++17", "-lineinfo"];
+/// Weight projections of nGPT/anGPT, f32/f16/bf16, one fused launch (see the file's header).
+pub const PROJECT_CU: &str = include_str!("cuda/project.cu");
+/// File name to give NVRTC for [`PROJECT_CU`].
+pub const PROJECT_CU_NAME: &str = "project.cu";

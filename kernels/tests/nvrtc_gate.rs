@@ -299,3 +299,69 @@ fn nvrtc_compile_gate() {
     });
     assert!(failures.is_empty(), "compile gate failed:\n{}", failures.join("\n"));
 }
+
+/// The weight-projection kernels (src/cuda/project.cu) through the same toolchain, with a
+/// stricter budget: zero local memory (no stack frame, no spills) and at most `REGISTER_CAP`
+/// registers, on sm_80 and sm_90; the PTX entries are exactly `list::project_names()`.
+fn gate_project(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut opts: Vec<String> = sources::NVRTC_OPTIONS.iter().map(|s| s.to_string()).collect();
+    opts.push(format!("--gpu-architecture=compute_{arch}"));
+    opts.push(format!("-I{}", tc.include.display()));
+    let ptx = match nvrtc.compile(sources::PROJECT_CU, sources::PROJECT_CU_NAME, &opts) {
+        Ok(p) => p,
+        Err(e) => return vec![format!("project.cu compute_{arch}: {e}")],
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let ptx_path = dir.join(format!("project_sm{arch}.ptx"));
+    std::fs::write(&ptx_path, &ptx).unwrap();
+    let o = std::process::Command::new(&tc.ptxas)
+        .args(["-v", &format!("-arch=sm_{arch}")])
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(dir.join(format!("project_sm{arch}.cubin")))
+        .output()
+        .expect("run ptxas");
+    let report = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    if !o.status.success() {
+        return vec![format!("project.cu sm_{arch}: ptxas failed:\n{report}")];
+    }
+    let res = parse_ptxas(&report);
+    let got: BTreeSet<String> = ptx_entries(&ptx).keys().cloned().collect();
+    let want: BTreeSet<String> = list::project_names().into_iter().collect();
+    if want != got {
+        failures.push(format!("project.cu sm_{arch}: PTX entries {got:?}, expected {want:?}"));
+    }
+    for name in &want {
+        let Some(r) = res.get(name) else {
+            failures.push(format!("sm_{arch}: {name}: no ptxas report"));
+            continue;
+        };
+        println!("| {name} | {arch} | {} | {}/{} | {} | {} |", r.registers, r.spill_stores, r.spill_loads, r.stack, r.smem);
+        if r.stack != 0 || r.spill_stores != 0 || r.spill_loads != 0 {
+            failures.push(format!("sm_{arch}: {name}: local memory {} B stack, {} B spill stores, {} B spill loads (must be 0)", r.stack, r.spill_stores, r.spill_loads));
+        }
+        if r.registers == 0 || r.registers > REGISTER_CAP {
+            failures.push(format!("sm_{arch}: {name}: {} registers (cap {REGISTER_CAP})", r.registers));
+        }
+    }
+    failures
+}
+
+#[test]
+fn nvrtc_project_gate() {
+    let required = std::env::var("NORMLAB_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    let tc = match toolchain() {
+        Ok(tc) => tc,
+        Err(why) if required => panic!("NORMLAB_REQUIRE_NVRTC=1 but the NVRTC toolchain is missing: {why}"),
+        Err(why) => {
+            eprintln!("\n*** NVRTC PROJECT GATE DID NOT RUN: {why}.\n");
+            return;
+        }
+    };
+    let nvrtc = Nvrtc::load(&tc.nvrtc);
+    println!("| kernel | sm | registers | spill st/ld (B) | stack (B) | static smem (B) |");
+    println!("|---|---|---|---|---|---|");
+    let failures: Vec<String> = [80u32, 90].iter().flat_map(|&a| gate_project(a, &tc, &nvrtc)).collect();
+    assert!(failures.is_empty(), "project compile gate failed:\n{}", failures.join("\n"));
+}

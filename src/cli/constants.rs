@@ -9,9 +9,24 @@
 //! - `c_topk(n, k) = 1/E[mean of the k largest |Z_i|]` (exact, by quadrature);
 //! - `c_code(n) = 0.5 (1 + sqrt(pi ln 4)) / sqrt(2 ln n)`: the "Norm matters" authors' code
 //!   constant for L-inf and every Top-k (biased; undefined for n = 1).
+//!
+//! Monte Carlo columns (`--samples N`, default 10000; 0 turns them off): a direct simulation of
+//! the statistics over rows of n iid N(0, 1) (`mean |Z_i|`, `max |Z_i|`, mean of the k largest
+//! `|Z_i|`), giving each expectation with its interval (95% unless `--level`) (Student t over the per-row values),
+//! each constant `C = 1/E` with its delta-method interval (`se_C = se_E / E^2`), and the z-score
+//! `(C_mc - C_exact) / se_C` against the exact value. Rows are drawn in chunks of
+//! [`MC_CHUNK`]; chunk `c` uses its own xoshiro256++ stream `(seed, c)` (normlab_norms::nu::rng)
+//! and chunks are merged in order, so the result depends on `--seed` and `--samples` only, not
+//! on the number of threads.
 
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use normlab_norms::constants;
+use normlab_norms::nu::rng::StreamRng;
+use normlab_norms::nu::sample::normal;
+use normlab_norms::nu::stats::{quantile, Moments};
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cli::output::{print, print_json};
 use crate::cli::CliError;
@@ -28,9 +43,64 @@ pub struct ConstantsArgs {
     /// k of the Top-k norm (1 <= k <= n); without it, c_topk is not computed.
     #[arg(long)]
     pub k: Option<usize>,
+    /// Monte Carlo rows of n iid N(0,1) for the MC columns (0: no Monte Carlo; otherwise >= 2).
+    #[arg(long, default_value_t = DEFAULT_SAMPLES)]
+    pub samples: u64,
+    /// Seed of the Monte Carlo columns (the result does not depend on the number of threads).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Confidence level of the Monte Carlo intervals, in (0, 1).
+    #[arg(long, default_value_t = MC_LEVEL)]
+    pub level: f64,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Default `--samples`.
+pub const DEFAULT_SAMPLES: u64 = 10_000;
+/// Rows per Monte Carlo chunk (one RNG stream each).
+pub const MC_CHUNK: u64 = 256;
+/// Default confidence level of the Monte Carlo intervals (`--level`).
+pub const MC_LEVEL: f64 = 0.95;
+
+/// One Monte Carlo column entry: an expectation `E[stat]` and its constant `C = 1/E`, each with
+/// its interval, next to the exact values.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct McColumn {
+    /// Monte Carlo mean of the per-row statistic.
+    pub e_mc: f64,
+    /// Its standard error and `level` interval.
+    pub e_se: f64,
+    pub e_lo: f64,
+    pub e_hi: f64,
+    /// `1 / e_mc`, its delta-method standard error `e_se / e_mc^2` and interval.
+    pub c_mc: f64,
+    pub c_se: f64,
+    pub c_lo: f64,
+    pub c_hi: f64,
+    /// The exact constant it estimates.
+    pub c_exact: f64,
+    /// `(c_mc - c_exact) / c_se`.
+    pub z: f64,
+    /// Whether `c_exact` lies in `[c_lo, c_hi]`.
+    pub within_ci: bool,
+}
+
+/// The Monte Carlo columns of the report.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct McColumns {
+    pub samples: u64,
+    pub seed: u64,
+    pub level: f64,
+    pub chunk: u64,
+    /// `E[mean_i |Z_i|]` and `c_l1`.
+    pub l1: McColumn,
+    /// `E[max_i |Z_i|]` and `c_inf(n)`.
+    pub inf: McColumn,
+    /// `E[mean of the k largest |Z_i|]` and `c_topk(n, k)` (null without --k).
+    pub topk: Option<McColumn>,
+    pub method: String,
 }
 
 /// What `normlab constants --json` prints.
@@ -53,6 +123,8 @@ pub struct ConstantsReport {
     /// `E[mean of the k largest |Z_i|]` (null without --k).
     pub e_topk_mean_abs: Option<f64>,
     pub convention: String,
+    /// Monte Carlo columns (null with `--samples 0`).
+    pub monte_carlo: Option<McColumns>,
 }
 
 const CONVENTION: &str = "C multiplies the statistic so that C * stat estimates sigma for Gaussian input: \
@@ -81,7 +153,96 @@ pub fn compute(n: usize, k: Option<usize>) -> Result<ConstantsReport, CliError> 
         e_max_abs,
         e_topk_mean_abs,
         convention: CONVENTION.into(),
+        monte_carlo: None,
     })
+}
+
+/// Per-row statistics of one row of n iid N(0, 1): (mean |z|, max |z|, mean of the k largest).
+fn row_stats(rng: &mut StreamRng, buf: &mut [f64], k: Option<usize>) -> (f64, f64, f64) {
+    let mut sum = 0.0;
+    let mut max = 0.0f64;
+    for v in buf.iter_mut() {
+        let a = normal(rng).abs();
+        *v = a;
+        sum += a;
+        max = max.max(a);
+    }
+    let n = buf.len();
+    let topk = match k {
+        None => 0.0,
+        Some(k) if k == n => sum / n as f64,
+        Some(k) => {
+            // The k largest end up in buf[n - k..] (order inside them is irrelevant for a sum).
+            buf.select_nth_unstable_by(n - k, |a, b| a.total_cmp(b));
+            buf[n - k..].iter().sum::<f64>() / k as f64
+        }
+    };
+    (sum / n as f64, max, topk)
+}
+
+fn column(m: &Moments, q: f64, c_exact: f64) -> McColumn {
+    let (e, se) = (m.mean, m.se());
+    let (c, c_se) = (1.0 / e, se / (e * e));
+    let (c_lo, c_hi) = (c - q * c_se, c + q * c_se);
+    McColumn { e_mc: e, e_se: se, e_lo: e - q * se, e_hi: e + q * se, c_mc: c, c_se, c_lo, c_hi, c_exact, z: (c - c_exact) / c_se, within_ci: c_lo <= c_exact && c_exact <= c_hi }
+}
+
+/// The Monte Carlo columns for `samples` rows of n (>= 2 rows, or an error naming the value).
+/// `progress(done, total)` is called after every chunk.
+pub fn monte_carlo(n: usize, k: Option<usize>, samples: u64, seed: u64, level: f64, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<McColumns, CliError> {
+    if samples < 2 {
+        return Err(CliError::InvalidArg { flag: "--samples", value: samples.to_string(), why: "need at least 2 rows for an interval (or 0 for no Monte Carlo)".into() });
+    }
+    if !(level > 0.0 && level < 1.0) {
+        return Err(CliError::InvalidArg { flag: "--level", value: level.to_string(), why: "a confidence level is in (0, 1)".into() });
+    }
+    let q = quantile(level, samples)?;
+    let chunks = samples.div_ceil(MC_CHUNK);
+    let done = AtomicU64::new(0);
+    let parts: Vec<[Moments; 3]> = (0..chunks)
+        .into_par_iter()
+        .map_init(
+            || vec![0.0f64; n],
+            |buf, c| {
+                let mut rng = StreamRng::new(seed, c);
+                let mut m = [Moments::default(); 3];
+                let rows = MC_CHUNK.min(samples - c * MC_CHUNK);
+                for _ in 0..rows {
+                    let (l1, inf, top) = row_stats(&mut rng, buf, k);
+                    m[0].push(l1);
+                    m[1].push(inf);
+                    m[2].push(top);
+                }
+                progress(done.fetch_add(rows, Ordering::Relaxed) + rows, samples);
+                m
+            },
+        )
+        .collect();
+    let mut m = [Moments::default(); 3];
+    for p in &parts {
+        for (a, b) in m.iter_mut().zip(p) {
+            a.merge(b);
+        }
+    }
+    Ok(McColumns {
+        samples,
+        seed,
+        level,
+        chunk: MC_CHUNK,
+        l1: column(&m[0], q, constants::C_L1),
+        inf: column(&m[1], q, constants::c_inf(n)?),
+        topk: k.map(|k| constants::c_topk(n, k).map(|c| column(&m[2], q, c))).transpose()?,
+        method: format!("direct simulation: {samples} rows of {n} iid N(0,1), per-row mean|z|, max|z|, top-k mean; Student t intervals, C = 1/E by the delta method"),
+    })
+}
+
+/// [`compute`] plus the Monte Carlo columns (none for `samples == 0`).
+pub fn compute_with_mc(n: usize, k: Option<usize>, samples: u64, seed: u64, level: f64, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<ConstantsReport, CliError> {
+    let mut r = compute(n, k)?;
+    if samples > 0 {
+        r.monte_carlo = Some(monte_carlo(n, k, samples, seed, level, progress)?);
+    }
+    Ok(r)
 }
 
 fn render_text(r: &ConstantsReport) -> String {
@@ -102,11 +263,43 @@ fn render_text(r: &ConstantsReport) -> String {
         opt(r.c_code, "undefined for n = 1"),
         "   (0.5(1+sqrt(pi ln 4))/sqrt(2 ln n), for L-inf and every k; biased)",
     );
+    if let Some(mc) = &r.monte_carlo {
+        s += &format!("Monte Carlo ({} rows, seed {}, {}% intervals):\n", mc.samples, mc.seed, mc.level * 100.0);
+        s += &format!("  {:<8} {:>15} {:>33} {:>15} {:>8}  {}\n", "constant", "exact", "MC [interval]", "MC E[stat]", "z", "exact in CI");
+        let mut row = |name: &str, c: &McColumn| {
+            s += &format!(
+                "  {:<8} {:>15.9} {:>11.9} [{:.9}, {:.9}] {:>15.9} {:>8.3}  {}\n",
+                name,
+                c.c_exact,
+                c.c_mc,
+                c.c_lo,
+                c.c_hi,
+                c.e_mc,
+                c.z,
+                if c.within_ci { "yes" } else { "NO" }
+            );
+        };
+        row("c_l1", &mc.l1);
+        row("c_inf", &mc.inf);
+        if let Some(t) = &mc.topk {
+            row("c_topk", t);
+        }
+    }
     s
 }
 
 pub fn run(args: ConstantsArgs) -> Result<(), CliError> {
-    let r = compute(args.n, args.k)?;
+    // Validate n and k before any Monte Carlo work.
+    compute(args.n, args.k)?;
+    let work = args.samples.saturating_mul(args.n as u64);
+    let pb = if args.json || work < 50_000_000 { ProgressBar::hidden() } else { ProgressBar::new(args.samples) };
+    if let Ok(style) = ProgressStyle::with_template("Monte Carlo [{bar:40}] {pos}/{len} rows ({eta})") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    let progress = |done: u64, _total: u64| pb.set_position(done);
+    let r = compute_with_mc(args.n, args.k, args.samples, args.seed, args.level, &progress);
+    pb.finish_and_clear();
+    let r = r?;
     if args.json {
         print_json(&r)
     } else {
@@ -129,6 +322,23 @@ mod tests {
         assert!((r.c_inf * r.e_max_abs - 1.0).abs() < 1e-15);
         let text = render_text(&r);
         assert!(text.contains("E[max_i |Z_i|]") && text.contains("c_code"), "{text}");
+    }
+
+    #[test]
+    fn monte_carlo_does_not_depend_on_the_thread_count() {
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| monte_carlo(33, Some(4), 1000, 5, MC_LEVEL, &|_, _| {}).unwrap())
+        };
+        let one = run(1);
+        assert_eq!(one, run(3));
+        // 1000 rows in chunks of 256: the last chunk is cut, every row counted once.
+        assert_eq!(one.samples, 1000);
+        assert!(one.topk.is_some() && one.inf.within_ci == (one.inf.c_lo <= one.inf.c_exact && one.inf.c_exact <= one.inf.c_hi));
+        let e = monte_carlo(33, None, 1, 5, MC_LEVEL, &|_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("--samples") && e.contains("'1'"), "{e}");
+        let e = monte_carlo(33, None, 100, 5, 1.0, &|_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("--level") && e.contains("'1'"), "{e}");
     }
 
     #[test]
