@@ -8,6 +8,10 @@
 //! iteration runs `estimate_to_precision` from 2048 samples with a fresh seed until the half
 //! width of nu_rms is <= 1e-3 (it panics if the engine stops short of that, so the benchmark
 //! cannot time an imprecise answer). Run: `cargo bench --bench nu`.
+//!
+//! Measured 2026-11-22 on the 2-core development machine (load average 0.6 before, 1.4 after;
+//! other engineers' jobs share it): median 1.28 s (d_model 256) and 1.33 s (d_model 1024) per
+//! estimate to +-1e-3, 10 samples each.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
