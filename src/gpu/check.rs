@@ -30,9 +30,12 @@ pub const SCHEMA: &str = "normlab.gpu_check/1";
 /// Every bound is this many ulps beyond its slack.
 pub const BOUND_ULP: f64 = 1.0;
 
-/// `[rows, n]` shapes: single element, tails, warp rows (n <= 1024), block rows, wide rows.
+/// `[rows, n]` shapes: single element, tails, warp rows (n <= 1024), block rows, wide rows, and
+/// more rows than a persistent grid holds on an H100 (20000 rows of 64 for the warp kernels:
+/// above 132 SMs x 16 blocks x 4 rows; 2000 rows of 1100 for the block kernels), so that the
+/// grid-stride loops run more than once per block.
 pub const SHAPES: [(usize, usize); 12] =
-    [(1, 1), (3, 7), (5, 33), (37, 64), (1500, 128), (7, 100), (129, 1000), (64, 1024), (5, 1025), (33, 4096), (9, 4099), (4, 12288)];
+    [(1, 1), (3, 7), (5, 33), (37, 64), (20000, 64), (7, 100), (129, 1000), (64, 1024), (2000, 1100), (33, 4096), (9, 4099), (4, 12288)];
 /// `--quick`: one warp shape and one block shape.
 pub const QUICK_SHAPES: [(usize, usize); 3] = [(3, 7), (37, 128), (5, 2050)];
 
