@@ -37,6 +37,15 @@ pub enum GpuError {
     /// The launch request itself is invalid (k too large, row too wide, bad dtype, ...).
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The kernels store fp16 and bf16 only.
+    #[error("dtype {dtype} has no CUDA kernel: the kernels store f16 or bf16 (use the CPU path for f32/f64)")]
+    UnsupportedDType { dtype: String },
+    /// The GPU statistics are fp32: other accumulators exist on the CPU path only.
+    #[error("accumulator {accum} is not available on CUDA: the kernels accumulate in f32 (use Accum::F32, or the CPU path)")]
+    UnsupportedAccum { accum: String },
+    /// An operand is not contiguous (the kernels read dense rows).
+    #[error("{what}: the CUDA kernels need a contiguous tensor, got shape {shape:?} with strides {stride:?}")]
+    NotContiguous { what: &'static str, shape: Vec<usize>, stride: Vec<usize> },
     /// A buffer has the wrong length for the launch.
     #[error("{what}: expected {expected} elements, got {got}")]
     Length { what: &'static str, expected: usize, got: usize },

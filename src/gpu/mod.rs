@@ -10,7 +10,7 @@
 //! - with `cuda`: [`nvrtc`] (library, headers, target, compilation), [`device`] (driver checks,
 //!   device properties), [`module`] (compile + load through the cache), [`args`] (parameter
 //!   structs), [`rows`] (launch wrappers of the row kernels), [`copy`] (copy kernel), [`check`]
-//!   (`normlab gpu-check`).
+//!   (`normlab gpu-check`); with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
 //!
 //! Without the `cuda` feature only the pieces that need no driver exist, and the commands that
 //! need a GPU return [`GpuError::NotBuilt`].
@@ -21,6 +21,8 @@ pub mod ulp;
 
 #[cfg(feature = "cuda")]
 pub mod args;
+#[cfg(feature = "candle-cuda")]
+pub mod candle_ops;
 #[cfg(feature = "cuda")]
 pub mod check;
 #[cfg(feature = "cuda")]
