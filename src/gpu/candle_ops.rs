@@ -87,11 +87,15 @@ fn param<'a>(what: &'static str, p: Option<(&'a CudaStorage, &Layout)>, stream: 
     Ok(Some(o))
 }
 
-/// A fresh output buffer of `len` elements of `dtype`, wrapped as candle storage.
+/// A fresh output buffer of `len` elements of `dtype`, wrapped as candle storage. Not zeroed
+/// (a memset would add 2 bytes per element of traffic): the kernels write every element of
+/// their outputs (every row of y / dx; dweight and dbias by the finalize kernel, also for zero
+/// rows).
 fn alloc_out(dev: &candle_core::CudaDevice, dtype: DType, len: usize) -> Result<CudaStorage> {
+    // SAFETY: the buffer is fully written by the launch that follows before anyone reads it.
     Ok(match dtype {
-        DType::F16 => CudaStorage::wrap_cuda_slice(dev.alloc_zeros::<half::f16>(len.max(1))?, dev.clone()),
-        DType::BF16 => CudaStorage::wrap_cuda_slice(dev.alloc_zeros::<half::bf16>(len.max(1))?, dev.clone()),
+        DType::F16 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<half::f16>(len.max(1))? }, dev.clone()),
+        DType::BF16 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<half::bf16>(len.max(1))? }, dev.clone()),
         other => return Err(err(GpuError::UnsupportedDType { dtype: format!("{other:?}") })),
     })
 }
