@@ -15,6 +15,7 @@ pub use normlab_norms as norms;
 pub mod bench;
 pub mod cli;
 pub mod data;
+pub mod gpu;
 pub mod model;
 pub mod ops;
 pub mod train;

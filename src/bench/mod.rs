@@ -20,6 +20,9 @@
 pub mod bandwidth;
 pub mod candle_ref;
 pub mod cases;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod cuda_cli;
 pub mod data;
 pub mod error;
 pub mod machine;

@@ -15,7 +15,13 @@ use crate::cli::CliError;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
-    pub target: BenchTarget,
+    pub target: Option<BenchTarget>,
+    /// `cuda`: the GPU benchmark (copy bandwidth and every kernel on [16384 x 4096]), run as
+    /// `normlab bench --device cuda [--json]`; `cpu`: the subcommands.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    pub device: String,
+    #[command(flatten)]
+    pub cuda: crate::bench::cuda_cli::CudaBenchArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -122,7 +128,18 @@ fn run_norms(args: NormsArgs) -> Result<(), CliError> {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
-    match args.target {
-        BenchTarget::Norms(a) => run_norms(a),
+    match (args.device.as_str(), args.target) {
+        ("cuda", None) => crate::bench::cuda_cli::run(args.cuda),
+        ("cuda", Some(_)) => Err(CliError::InvalidArg {
+            flag: "--device",
+            value: "cuda".into(),
+            why: "the GPU benchmark takes no subcommand: run `normlab bench --device cuda [--json]`".into(),
+        }),
+        (_, Some(BenchTarget::Norms(a))) => run_norms(a),
+        (device, None) => Err(CliError::InvalidArg {
+            flag: "--device",
+            value: device.into(),
+            why: "name a benchmark (`normlab bench norms`) or use `--device cuda`".into(),
+        }),
     }
 }

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod constants;
 pub mod error;
+pub mod gpu_check;
 pub mod nu;
 pub mod output;
 
@@ -41,6 +42,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// anGPT's normalisation factors by Monte Carlo, with confidence intervals.
     Nu(nu::NuArgs),
+    /// Every CUDA kernel on the GPU against the f64 reference: max ulp error per kernel and shape.
+    GpuCheck(gpu_check::GpuCheckArgs),
 }
 
 impl Command {
@@ -49,6 +52,7 @@ impl Command {
             Command::Constants(args) => constants::run(args),
             Command::Bench(args) => bench::run(args),
             Command::Nu(args) => nu::run(args),
+            Command::GpuCheck(args) => gpu_check::run(args),
         }
     }
 }

@@ -7,8 +7,9 @@
 //! (f32 by default, deterministic row blocks for dweight/dbias) and rounds once.
 //!
 //! # CUDA
-//! A `cuda_fwd` for [`NormBwd`] (feature `candle-cuda`) goes next to its `cpu_fwd`; it reads
-//! the device statistics the forward's `cuda_fwd` saved.
+//! With the feature `candle-cuda`, [`NormBwd`]'s `cuda_fwd` (next to its `cpu_fwd`) launches the
+//! normlab-kernels backward with the device statistics the forward's `cuda_fwd` saved
+//! (`crate::gpu::candle_ops::backward`; recomputed when there are none).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, WithDType};
@@ -87,12 +88,30 @@ impl NormBwd<'_> {
     }
 }
 
+/// The CUDA backward (`crate::gpu::candle_ops`), with the statistics the CUDA forward saved.
+#[cfg(feature = "candle-cuda")]
+impl NormBwd<'_> {
+    fn cuda(
+        &self,
+        x: (&candle_core::CudaStorage, &Layout),
+        dy: (&candle_core::CudaStorage, &Layout),
+        w: Option<(&candle_core::CudaStorage, &Layout)>,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let saved = self.fwd.cuda_stats.lock().map_err(|_| candle_core::Error::msg("normlab: statistics lock poisoned"))?;
+        crate::gpu::candle_ops::backward(&self.fwd.spec, self.fwd.accum, x, dy, w, saved.as_ref(), self.want_dw, self.want_db)
+    }
+}
+
 impl CustomOp2 for NormBwd<'_> {
     fn name(&self) -> &'static str {
         op_name(self.fwd.spec.kind, true)
     }
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
         self.cpu((s1, l1), (s2, l2), None)
+    }
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda((s1, l1), (s2, l2), None)
     }
 }
 
@@ -110,6 +129,18 @@ impl CustomOp3 for NormBwd<'_> {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         self.cpu((s1, l1), (s2, l2), Some((s3, l3)))
+    }
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda((s1, l1), (s2, l2), Some((s3, l3)))
     }
 }
 

@@ -9,10 +9,10 @@
 //! without autograd, which returns dx, dweight and dbias from one pass.
 //!
 //! # CUDA
-//! Only `cpu_fwd` is implemented. A `cuda_fwd` (feature `candle-cuda`) goes next to each
-//! `cpu_fwd` below: it launches the kernel and stores its fp32 statistics as a new
-//! [`SavedStats`] variant (a device buffer), which the backward op's `cuda_fwd` reads. Nothing
-//! else has to change: `bwd` is device-agnostic.
+//! With the feature `candle-cuda`, `cuda_fwd` (next to each `cpu_fwd` below) launches the
+//! normlab-kernels forward on candle's stream (`crate::gpu::candle_ops`) and keeps its fp32
+//! statistics in `NormFwd::cuda_stats` (a device buffer), which the backward op's `cuda_fwd`
+//! reads. `bwd` is device-agnostic.
 
 use std::sync::{Arc, Mutex};
 
@@ -64,6 +64,9 @@ pub(crate) struct NormFwd {
     pub save: bool,
     pub stats: Mutex<Option<SavedStats>>,
     pub telemetry: Option<Arc<Telemetry>>,
+    /// fp32 statistics of the CUDA forward (`rows * 4` floats on the device), for the backward.
+    #[cfg(feature = "candle-cuda")]
+    pub cuda_stats: Mutex<Option<candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>>>,
 }
 
 /// Op name by kind (shows in candle's errors).
@@ -91,7 +94,16 @@ pub(crate) fn width(layout: &Layout) -> Result<usize> {
 
 impl NormFwd {
     pub fn new(spec: NormSpec, accum: Accum, affine: Affine, save: bool, telemetry: Option<Arc<Telemetry>>) -> Self {
-        NormFwd { spec, accum, affine, save, stats: Mutex::new(None), telemetry }
+        NormFwd {
+            spec,
+            accum,
+            affine,
+            save,
+            stats: Mutex::new(None),
+            telemetry,
+            #[cfg(feature = "candle-cuda")]
+            cuda_stats: Mutex::new(None),
+        }
     }
 
     /// The CPU forward on dense slices.
@@ -136,6 +148,25 @@ impl NormFwd {
     }
 }
 
+/// The CUDA forward (`crate::gpu::candle_ops`): x and the affine arguments in `self.affine`'s order.
+#[cfg(feature = "candle-cuda")]
+impl NormFwd {
+    fn cuda(&self, x: (&candle_core::CudaStorage, &Layout), extra: &[(&candle_core::CudaStorage, &Layout)]) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (w, b) = match (self.affine, extra) {
+            (Affine::None, []) => (None, None),
+            (Affine::Weight, [w]) => (Some(*w), None),
+            (Affine::Bias, [b]) => (None, Some(*b)),
+            (Affine::WeightBias, [w, b]) => (Some(*w), Some(*b)),
+            (a, args) => candle_core::bail!("normlab: op built for {a:?} got {} affine arguments", args.len()),
+        };
+        let (y, shape, stats) = crate::gpu::candle_ops::forward(&self.spec, self.accum, x, w, b, self.save)?;
+        if let Some(s) = stats {
+            *self.cuda_stats.lock().map_err(|_| candle_core::Error::msg("normlab: statistics lock poisoned"))? = Some(s);
+        }
+        Ok((y, shape))
+    }
+}
+
 fn tracked(t: &Tensor) -> bool {
     t.track_op()
 }
@@ -146,6 +177,10 @@ impl CustomOp1 for NormFwd {
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         self.cpu((s, l), &[])
+    }
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda((s, l), &[])
     }
     fn bwd(&self, x: &Tensor, _res: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
         let g = self.grads(x, None, dy, false, false)?;
@@ -159,6 +194,10 @@ impl CustomOp2 for NormFwd {
     }
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
         self.cpu((s1, l1), &[(s2, l2)])
+    }
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda((s1, l1), &[(s2, l2)])
     }
     fn bwd(&self, x: &Tensor, p: &Tensor, _res: &Tensor, dy: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
         if self.affine.has_weight() {
@@ -185,6 +224,18 @@ impl CustomOp3 for NormFwd {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         self.cpu((s1, l1), &[(s2, l2), (s3, l3)])
+    }
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda((s1, l1), &[(s2, l2), (s3, l3)])
     }
     fn bwd(
         &self,

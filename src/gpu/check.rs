@@ -1,0 +1,398 @@
+//! `normlab gpu-check`: every row kernel run on the GPU against the f64 reference of
+//! normlab-norms (f64 storage, `Accum::F64`) over many shapes, with the error bounds of the CPU
+//! emulation tests (kernels/README.md):
+//!
+//! - forward y: within 1 ulp of the storage type;
+//! - backward dx: 1 ulp beyond `2^-16 * (max|dx| + s * (max|g| + C |g . x̂|))` of its row (the
+//!   backward subtracts fp32 terms of that size; s = 1/D, g = dy * w, C = the kind's constant);
+//! - dweight / dbias: 1 ulp beyond `2^-18 * sum over rows of |dy x̂|` (resp. `|dy|`).
+//!
+//! Shapes cover one element, tails, warp and block kernels, one row and many rows (more rows than
+//! the persistent grid holds), up to 12288-wide rows; every kind (Top-k with k = 1, 8, 32), fp16
+//! and bf16, without and with affine parameters (weight in the forward; weight, dweight and
+//! dbias in the backward). The backward uses the statistics the GPU forward saved.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use half::{bf16, f16};
+use normlab_kernels::list::Storage;
+use normlab_norms::{row, Accum, DType, NormKind, NormSpec, RowStats};
+
+use crate::gpu::device::{open, DeviceInfo};
+use crate::gpu::error::{GpuError, Result};
+use crate::gpu::module::ImageInfo;
+use crate::gpu::rows::{BwdArgs, RowKernels};
+use crate::gpu::args::FwdBuffers;
+use crate::gpu::ulp::{max_ulp_error, UlpError};
+
+pub const SCHEMA: &str = "normlab.gpu_check/1";
+/// Every bound is this many ulps beyond its slack.
+pub const BOUND_ULP: f64 = 1.0;
+
+/// `[rows, n]` shapes: single element, tails, warp rows (n <= 1024), block rows, wide rows, and
+/// more rows than a persistent grid holds on an H100 (20000 rows of 64 for the warp kernels:
+/// above 132 SMs x 16 blocks x 4 rows; 2000 rows of 1100 for the block kernels), so that the
+/// grid-stride loops run more than once per block.
+pub const SHAPES: [(usize, usize); 12] =
+    [(1, 1), (3, 7), (5, 33), (37, 64), (20000, 64), (7, 100), (129, 1000), (64, 1024), (2000, 1100), (33, 4096), (9, 4099), (4, 12288)];
+/// `--quick`: one warp shape and one block shape.
+pub const QUICK_SHAPES: [(usize, usize); 3] = [(3, 7), (37, 128), (5, 2050)];
+
+/// The specs checked: every kind with its natural centring, Top-k at k = 1, 8 and 32.
+pub fn specs() -> Vec<NormSpec> {
+    let eps = 1e-5;
+    vec![
+        NormSpec::rms(eps),
+        NormSpec::layer(eps),
+        NormSpec::unit_l2(eps),
+        NormSpec::l1(eps),
+        NormSpec::linf(eps),
+        NormSpec::topk(1, eps),
+        NormSpec::topk(8, eps),
+        NormSpec::topk(32, eps),
+    ]
+}
+
+/// One checked case (a forward and a backward launch).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CaseCheck {
+    pub kind: String,
+    pub dtype: String,
+    pub rows: usize,
+    pub n: usize,
+    pub affine: bool,
+    pub forward_kernel: String,
+    pub backward_kernel: String,
+    pub grid: u32,
+    pub block: u32,
+    pub smem: usize,
+    pub forward_ulp: f64,
+    pub dx_ulp: f64,
+    pub dweight_ulp: Option<f64>,
+    pub dbias_ulp: Option<f64>,
+    pub pass: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CheckReport {
+    pub schema: String,
+    pub device: DeviceInfo,
+    pub image: ImageInfo,
+    pub bound_ulp: f64,
+    pub bounds: String,
+    pub cases: Vec<CaseCheck>,
+    pub total: usize,
+    pub failed: usize,
+}
+
+/// 16-bit storage with its bit pattern (how buffers travel to the device).
+trait Half16: Copy + Default {
+    const STORAGE: Storage;
+    const DT: DType;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+    fn to_bits(self) -> u16;
+    fn from_bits(b: u16) -> Self;
+}
+impl Half16 for f16 {
+    const STORAGE: Storage = Storage::F16;
+    const DT: DType = DType::F16;
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn to_bits(self) -> u16 {
+        f16::to_bits(self)
+    }
+    fn from_bits(b: u16) -> Self {
+        f16::from_bits(b)
+    }
+}
+impl Half16 for bf16 {
+    const STORAGE: Storage = Storage::BF16;
+    const DT: DType = DType::BF16;
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    fn to_bits(self) -> u16 {
+        bf16::to_bits(self)
+    }
+    fn from_bits(b: u16) -> Self {
+        bf16::from_bits(b)
+    }
+}
+
+/// splitmix64 + Box-Muller: deterministic data without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        (-2.0 * self.uniform().ln()).sqrt() * (std::f64::consts::TAU * self.uniform()).cos()
+    }
+    fn vec<T: Half16>(&mut self, len: usize, mean: f64, scale: f64) -> Vec<T> {
+        (0..len).map(|_| T::from_f64(mean + scale * self.normal())).collect()
+    }
+}
+
+/// A device session: context, stream, kernels.
+pub struct Session {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub kernels: Arc<RowKernels>,
+}
+
+impl Session {
+    /// Open device `ordinal` and load the kernels (typed errors without a GPU, driver or NVRTC).
+    pub fn open(ordinal: usize) -> Result<Self> {
+        let (ctx, _) = open(ordinal)?;
+        let kernels = RowKernels::for_context(&ctx)?;
+        let stream = ctx.default_stream();
+        Ok(Session { ctx, stream, kernels })
+    }
+
+    fn upload<T: Half16>(&self, v: &[T]) -> Result<CudaSlice<u16>> {
+        let bits: Vec<u16> = v.iter().map(|x| x.to_bits()).collect();
+        self.stream.clone_htod(&bits).map_err(GpuError::driver("cuMemcpyHtoD"))
+    }
+    fn download<T: Half16>(&self, s: &CudaSlice<u16>) -> Result<Vec<f64>> {
+        let bits = self.stream.clone_dtoh(s).map_err(GpuError::driver("cuMemcpyDtoH"))?;
+        Ok(bits.into_iter().map(|b| T::from_bits(b).to_f64()).collect())
+    }
+    fn zeros(&self, len: usize) -> Result<CudaSlice<u16>> {
+        self.stream.alloc_zeros::<u16>(len.max(1)).map_err(GpuError::driver("cuMemAlloc"))
+    }
+}
+
+fn to64<T: Half16>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+
+/// Run one case on the GPU and compare with the reference.
+fn check_case<T: Half16>(s: &Session, spec: &NormSpec, rows: usize, n: usize, affine: bool, seed: u64) -> Result<CaseCheck> {
+    let mut rng = Rng(seed);
+    let len = rows * n;
+    let x: Vec<T> = rng.vec(len, 0.1, 1.0);
+    let dy: Vec<T> = rng.vec(len, 0.1, 1.0);
+    let w: Option<Vec<T>> = affine.then(|| rng.vec(n, 1.0, 0.5));
+    let (x64, dy64, w64) = (to64(&x), to64(&dy), w.as_deref().map(to64));
+
+    // GPU forward (with statistics), then backward from those statistics.
+    let dx_ = s.upload(&x)?;
+    let ddy = s.upload(&dy)?;
+    let dw_ = w.as_deref().map(|w| s.upload(w)).transpose()?;
+    let mut dy_out = s.zeros(len)?;
+    let mut dstats = s.stream.alloc_zeros::<f32>((rows * 4).max(1)).map_err(GpuError::driver("cuMemAlloc"))?;
+    let mut ddx = s.zeros(len)?;
+    let mut dgw = s.zeros(n)?;
+    let mut dgb = s.zeros(n)?;
+    let st = &s.stream;
+    let (xa, _g1) = dx_.device_ptr(st);
+    let (dya, _g2) = ddy.device_ptr(st);
+    let wa = dw_.as_ref().map(|w| w.device_ptr(st));
+    let (ya, _g3) = dy_out.device_ptr_mut(st);
+    let (sa, _g4) = dstats.device_ptr_mut(st);
+    let (dxa, _g5) = ddx.device_ptr_mut(st);
+    let (gwa, _g6) = dgw.device_ptr_mut(st);
+    let (gba, _g7) = dgb.device_ptr_mut(st);
+    let waddr = wa.as_ref().map(|(a, _)| *a);
+    let fb = FwdBuffers { rows, x: xa, y: ya, weight: waddr, bias: None, stats: Some(sa) };
+    // SAFETY: every buffer was allocated above for this shape and lives until the copies back.
+    let pf = unsafe { s.kernels.forward(st, spec, T::STORAGE, n, &fb)? };
+    let bb = BwdArgs {
+        rows,
+        x: xa,
+        dy: dya,
+        stats: sa,
+        weight: waddr,
+        dx: dxa,
+        dweight: affine.then_some(gwa),
+        dbias: affine.then_some(gba),
+    };
+    let pb = unsafe { s.kernels.backward(st, spec, T::STORAGE, n, &bb)? };
+    drop((_g1, _g2, _g3, _g4, _g5, _g6, _g7, wa));
+    st.synchronize().map_err(GpuError::driver("cuStreamSynchronize"))?;
+    let y_gpu = s.download::<T>(&dy_out)?;
+    let dx_gpu = s.download::<T>(&ddx)?;
+    let gw_gpu = s.download::<T>(&dgw)?;
+    let gb_gpu = s.download::<T>(&dgb)?;
+
+    // Reference: f64 storage, f64 accumulation.
+    let mut y_ref = vec![0.0; len];
+    let mut st_ref = vec![RowStats::default(); rows];
+    row::forward(spec, Accum::F64, &x64, n, w64.as_deref(), None, &mut y_ref, None)?;
+    let mut xh = vec![0.0; len];
+    row::forward(spec, Accum::F64, &x64, n, None, None, &mut xh, Some(&mut st_ref))?;
+    let (mut dx_ref, mut gw_ref, mut gb_ref) = (vec![0.0; len], vec![0.0; n], vec![0.0; n]);
+    row::backward(
+        spec,
+        Accum::F64,
+        &x64,
+        &dy64,
+        n,
+        &st_ref,
+        w64.as_deref(),
+        &mut dx_ref,
+        affine.then_some(&mut gw_ref[..]),
+        affine.then_some(&mut gb_ref[..]),
+    )?;
+
+    let dt = T::DT;
+    let fwd = max_ulp_error(dt, &y_gpu, &y_ref, &|_| 0.0);
+    let c = spec.scale_constant(n)?.max(1.0);
+    let row_scale: Vec<f64> = (0..rows)
+        .map(|r| {
+            let s = 1.0 / st_ref[r].denominator();
+            let (mut gmax, mut dot, mut dxmax) = (0.0f64, 0.0f64, 0.0f64);
+            for j in 0..n {
+                let i = r * n + j;
+                let g = dy64[i] * w64.as_ref().map_or(1.0, |w| w[j]);
+                gmax = gmax.max(g.abs());
+                dot += g * xh[i];
+                if dx_ref[i].is_finite() {
+                    dxmax = dxmax.max(dx_ref[i].abs());
+                }
+            }
+            dxmax + s * (gmax + c * dot.abs())
+        })
+        .collect();
+    let dx_err = max_ulp_error(dt, &dx_gpu, &dx_ref, &|i| 2f64.powi(-16) * row_scale[i / n]);
+    let (mut abs_w, mut abs_b) = (vec![0.0; n], vec![0.0; n]);
+    for i in 0..len {
+        abs_w[i % n] += (dy64[i] * xh[i]).abs();
+        abs_b[i % n] += dy64[i].abs();
+    }
+    let gw_err: Option<UlpError> = affine.then(|| max_ulp_error(dt, &gw_gpu, &gw_ref, &|j| 2f64.powi(-18) * abs_w[j]));
+    let gb_err: Option<UlpError> = affine.then(|| max_ulp_error(dt, &gb_gpu, &gb_ref, &|j| 2f64.powi(-18) * abs_b[j]));
+    let worst = [Some(fwd), Some(dx_err), gw_err, gb_err].into_iter().flatten().fold(UlpError::ZERO, UlpError::max);
+    Ok(CaseCheck {
+        kind: label(spec),
+        dtype: T::STORAGE.name().to_string(),
+        rows,
+        n,
+        affine,
+        forward_kernel: pf.kernel,
+        backward_kernel: pb.kernel,
+        grid: pf.grid,
+        block: pf.block,
+        smem: pf.smem,
+        forward_ulp: fwd.max_ulp,
+        dx_ulp: dx_err.max_ulp,
+        dweight_ulp: gw_err.map(|e| e.max_ulp),
+        dbias_ulp: gb_err.map(|e| e.max_ulp),
+        pass: worst.max_ulp <= BOUND_ULP,
+    })
+}
+
+/// `rms`, `layer`, ..., `topk8`.
+pub fn label(spec: &NormSpec) -> String {
+    match spec.kind {
+        NormKind::TopK { k } => format!("topk{k}"),
+        k => k.name().to_string(),
+    }
+}
+
+/// The cases of a run: (spec, storage, rows, n, affine), skipping Top-k with k > n.
+pub fn cases(quick: bool) -> Vec<(NormSpec, Storage, usize, usize, bool)> {
+    let shapes: &[(usize, usize)] = if quick { &QUICK_SHAPES } else { &SHAPES };
+    let mut v = Vec::new();
+    for spec in specs() {
+        for storage in Storage::ALL {
+            for &(rows, n) in shapes {
+                if spec.validate(n).is_err() {
+                    continue;
+                }
+                for affine in [false, true] {
+                    v.push((spec, storage, rows, n, affine));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Run every case on device `ordinal`; `progress` is called before each case.
+pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &str)) -> Result<CheckReport> {
+    let s = Session::open(ordinal)?;
+    let all = cases(quick);
+    let mut out = Vec::with_capacity(all.len());
+    for (i, (spec, storage, rows, n, affine)) in all.iter().enumerate() {
+        progress(i, all.len(), &format!("{} {} {rows}x{n}{}", label(spec), storage.name(), if *affine { " affine" } else { "" }));
+        let seed = 0x6e6f_726d_6c61_6200 ^ (i as u64).wrapping_mul(0x9e37_79b9);
+        let c = match storage {
+            Storage::F16 => check_case::<f16>(&s, spec, *rows, *n, *affine, seed)?,
+            Storage::BF16 => check_case::<bf16>(&s, spec, *rows, *n, *affine, seed)?,
+        };
+        out.push(c);
+    }
+    let failed = out.iter().filter(|c| !c.pass).count();
+    Ok(CheckReport {
+        schema: SCHEMA.to_string(),
+        device: s.kernels.info().clone(),
+        image: s.kernels.image().clone(),
+        bound_ulp: BOUND_ULP,
+        bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|)".to_string(),
+        total: out.len(),
+        failed,
+        cases: out,
+    })
+}
+
+/// The table: one line per case.
+pub fn render(r: &CheckReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let d = &r.device;
+    let _ = writeln!(
+        s,
+        "gpu-check on {} (device {}, sm_{}{}, {} SMs, driver {}), kernels {} ({}, NVRTC {}.{}, {})",
+        d.name,
+        d.ordinal,
+        d.compute_capability.0,
+        d.compute_capability.1,
+        d.sm_count,
+        d.driver_version,
+        r.image.target,
+        r.image.kind,
+        r.image.nvrtc_version.0,
+        r.image.nvrtc_version.1,
+        r.image.origin
+    );
+    let _ = writeln!(s, "bounds: {}\n", r.bounds);
+    let _ = writeln!(s, "{:<8} {:<5} {:>12} {:<6} {:<26} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}  ok", "kind", "dtype", "shape", "affine", "forward kernel", "grid", "block", "y ulp", "dx ulp", "dw ulp", "db ulp");
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    for c in &r.cases {
+        let _ = writeln!(
+            s,
+            "{:<8} {:<5} {:>12} {:<6} {:<26} {:>6} {:>6} {:>8.3} {:>8.3} {:>8} {:>8}  {}",
+            c.kind,
+            c.dtype,
+            format!("{}x{}", c.rows, c.n),
+            if c.affine { "w" } else { "-" },
+            c.forward_kernel,
+            c.grid,
+            c.block,
+            c.forward_ulp,
+            c.dx_ulp,
+            opt(c.dweight_ulp),
+            opt(c.dbias_ulp),
+            if c.pass { "ok" } else { "FAIL" }
+        );
+    }
+    let _ = writeln!(s, "\n{} of {} cases within {} ulp beyond their slack", r.total - r.failed, r.total, r.bound_ulp);
+    s
+}

@@ -1,0 +1,39 @@
+//! The GPU runtime (feature `cuda`): normlab-kernels' CUDA sources compiled by NVRTC at first use
+//! for the device found, cached in memory and on disk, and launched through cudarc with the
+//! driver and NVRTC loaded at run time, so that the crate builds without any CUDA toolkit and a
+//! machine without a GPU gets a typed error ([`GpuError`]), never a panic.
+//!
+//! - [`error`]: [`GpuError`] (no driver, no device, NVRTC or headers missing, compile log, ...).
+//! - [`cache`]: the image caches (memory; disk at `~/.cache/normlab/ptx`, keyed by source hash,
+//!   options, architecture and NVRTC version, written atomically).
+//! - [`ulp`]: errors in ulps of the storage type against the f64 reference.
+//! - with `cuda`: [`nvrtc`] (library, headers, target, compilation), [`device`] (driver checks,
+//!   device properties), [`module`] (compile + load through the cache), [`args`] (parameter
+//!   structs), [`rows`] (launch wrappers of the row kernels), [`copy`] (copy kernel), [`check`]
+//!   (`normlab gpu-check`); with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
+//!
+//! Without the `cuda` feature only the pieces that need no driver exist, and the commands that
+//! need a GPU return [`GpuError::NotBuilt`].
+
+pub mod cache;
+pub mod error;
+pub mod ulp;
+
+#[cfg(feature = "cuda")]
+pub mod args;
+#[cfg(feature = "candle-cuda")]
+pub mod candle_ops;
+#[cfg(feature = "cuda")]
+pub mod check;
+#[cfg(feature = "cuda")]
+pub mod copy;
+#[cfg(feature = "cuda")]
+pub mod device;
+#[cfg(feature = "cuda")]
+pub mod module;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
+#[cfg(feature = "cuda")]
+pub mod rows;
+
+pub use error::{GpuError, PlanError};

@@ -1,0 +1,141 @@
+//! The GPU runtime's parts that need no GPU (feature `cuda`): NVRTC compilation of the embedded
+//! kernels through cudarc, the disk cache with real images, and the kernels' parameter ABI
+//! (the `.param` sizes in NVRTC's PTX against `normlab_kernels::params`).
+//!
+//! They need NVRTC and the CUDA headers (`eval "$(bash .ci/cuda-wheels.sh)"`). Without them
+//! each test prints that it did not run, unless NORMLAB_REQUIRE_NVRTC=1 (CI), which makes a
+//! missing toolchain a failure.
+#![cfg(feature = "cuda")]
+
+use std::collections::BTreeMap;
+use std::mem::{align_of, size_of};
+
+use normlab::gpu::cache::{CacheKey, DiskCache, ImageCache, ImageKind, Origin};
+use normlab::gpu::nvrtc;
+use normlab::gpu::GpuError;
+use normlab_kernels::list;
+use normlab_kernels::params::{BwdParams, FinalizeParams, FwdParams};
+use normlab_kernels::sources;
+
+/// Options for `arch` as the runtime builds them, or None (with a notice) without a toolchain.
+fn toolchain(test: &str) -> Option<Vec<String>> {
+    let required = std::env::var("NORMLAB_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    let inc = nvrtc::version().and_then(|_| nvrtc::include_dir());
+    match inc {
+        Ok(inc) => {
+            let mut o: Vec<String> = sources::NVRTC_OPTIONS.iter().map(|s| s.to_string()).collect();
+            o.push(format!("-I{}", inc.display()));
+            Some(o)
+        }
+        Err(e) if required => panic!("NORMLAB_REQUIRE_NVRTC=1 but: {e}"),
+        Err(e) => {
+            eprintln!("*** {test} DID NOT RUN: {e}");
+            None
+        }
+    }
+}
+
+fn with_arch(base: &[String], arch: &str) -> Vec<String> {
+    let mut o = base.to_vec();
+    o.push(format!("--gpu-architecture={arch}"));
+    o
+}
+
+/// `.entry <name>(.param .align A .b8 <name>_param_0[S])` -> (A, S) per entry.
+fn entry_params(ptx: &str) -> BTreeMap<String, (usize, usize)> {
+    let mut out = BTreeMap::new();
+    for part in ptx.split(".entry ").skip(1) {
+        let name: String = part.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let header = &part[..part.find(')').unwrap_or(part.len())];
+        let params: Vec<&str> = header.matches(".param").collect();
+        assert_eq!(params.len(), 1, "{name}: kernels take exactly one parameter struct: {header}");
+        let align: usize = header.split(".align ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().parse().unwrap();
+        let size: usize = header.rsplit('[').next().and_then(|s| s.split(']').next()).unwrap().parse().unwrap();
+        out.insert(name, (align, size));
+    }
+    out
+}
+
+#[test]
+fn parameter_structs_match_the_kernels_abi() {
+    let Some(base) = toolchain("parameter ABI check") else { return };
+    let opts = with_arch(&base, "compute_80");
+    let ptx = nvrtc::compile(sources::ROWNORM_CU, sources::ROWNORM_CU_NAME, &opts, ImageKind::Ptx, "compute_80").unwrap();
+    let ptx = String::from_utf8(ptx).unwrap();
+    let params = entry_params(&ptx);
+    assert_eq!(params.keys().cloned().collect::<Vec<_>>(), list::all_names());
+    for (name, (align, size)) in &params {
+        let want = if name.starts_with("nl_finalize_") {
+            (align_of::<FinalizeParams>(), size_of::<FinalizeParams>())
+        } else if name.contains("_fwd_") {
+            (align_of::<FwdParams>(), size_of::<FwdParams>())
+        } else {
+            (align_of::<BwdParams>(), size_of::<BwdParams>())
+        };
+        assert_eq!((*align, *size), want, "{name}: PTX parameter (align, size) vs the Rust struct");
+    }
+    eprintln!("{} entries: Fwd {} B, Bwd {} B, Finalize {} B", params.len(), size_of::<FwdParams>(), size_of::<BwdParams>(), size_of::<FinalizeParams>());
+}
+
+/// The copy kernel's source and options for `arch` (small: compiles in well under a second).
+fn copy_source(arch: &str) -> (&'static str, Vec<String>) {
+    let copy = normlab::gpu::copy::COPY;
+    (copy.text, with_arch(&copy.options.iter().map(|s| s.to_string()).collect::<Vec<_>>(), arch))
+}
+
+#[test]
+fn cubin_for_an_exact_architecture_ptx_otherwise() {
+    if toolchain("CUBIN compile").is_none() {
+        return;
+    }
+    let archs = nvrtc::supported_archs().unwrap();
+    assert!(archs.contains(&80) && archs.contains(&90), "{archs:?}");
+    let (arch, kind) = nvrtc::target_for(9, 0, &archs).unwrap();
+    assert_eq!((arch.as_str(), kind), ("sm_90", ImageKind::Cubin));
+    let (src, opts) = copy_source(&arch);
+    let cubin = nvrtc::compile(src, "copy.cu", &opts, kind, &arch).unwrap();
+    assert_eq!(&cubin[..4], b"\x7fELF", "a CUBIN is an ELF image");
+    let (src, opts) = copy_source("compute_80");
+    let ptx = String::from_utf8(nvrtc::compile(src, "copy.cu", &opts, ImageKind::Ptx, "compute_80").unwrap()).unwrap();
+    assert!(ptx.contains(".entry nl_copy16") && ptx.contains("ld.global.nc.v4"), "{ptx}");
+}
+
+#[test]
+fn compile_errors_carry_the_nvrtc_log() {
+    let Some(base) = toolchain("compile error") else { return };
+    let bad = "extern \"C\" __global__ void broken(int* p) { p[0] = undefined_name; }";
+    let e = nvrtc::compile(bad, "broken.cu", &with_arch(&base, "compute_80"), ImageKind::Ptx, "compute_80").unwrap_err();
+    match &e {
+        GpuError::Compile { source_name, arch, log, .. } => {
+            assert_eq!((source_name.as_str(), arch.as_str()), ("broken.cu", "compute_80"));
+            assert!(log.contains("undefined_name"), "{log}");
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    assert!(e.to_string().contains("undefined_name"));
+}
+
+#[test]
+fn disk_cache_with_real_images() {
+    if toolchain("disk cache").is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("normlab-gpu-runtime-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (src, opts) = copy_source("sm_80");
+    let key = CacheKey::new("copy", src, &opts, "sm_80", nvrtc::version().unwrap(), ImageKind::Cubin);
+    let compile = || nvrtc::compile(src, "copy.cu", &opts, ImageKind::Cubin, "sm_80");
+    let fail = |p: &std::path::Path, e: std::io::Error| panic!("{}: {e}", p.display());
+    let (a, o1) = ImageCache::new(Some(DiskCache::new(&dir))).get_or_compile(&key, compile, fail).unwrap();
+    let (b, o2) = ImageCache::new(Some(DiskCache::new(&dir))).get_or_compile(&key, || -> Result<Vec<u8>, GpuError> { panic!("must come from disk") }, fail).unwrap();
+    assert_eq!((o1, o2), (Origin::Compiled, Origin::Disk));
+    assert_eq!(a, b);
+    assert_eq!(&a[..4], b"\x7fELF");
+    // A truncated entry (as after a crash of a non-atomic writer) is recompiled.
+    let path = DiskCache::new(&dir).path(&key);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let (c, o3) = ImageCache::new(Some(DiskCache::new(&dir))).get_or_compile(&key, compile, fail).unwrap();
+    assert_eq!((o3, &c[..]), (Origin::Compiled, &a[..]));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
