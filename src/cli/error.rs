@@ -10,6 +10,8 @@ pub enum CliError {
     Norm(#[from] normlab_norms::NormError),
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
+    #[error(transparent)]
+    Train(#[from] crate::train::TrainError),
     #[error("could not encode JSON: {0}")]
     Json(#[from] serde_json::Error),
     /// Writing to stdout failed (a closed pipe is not reported: see `cli::main`).

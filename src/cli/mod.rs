@@ -21,6 +21,7 @@ pub mod constants;
 pub mod error;
 pub mod nu;
 pub mod output;
+pub mod train;
 
 pub use error::CliError;
 
@@ -41,6 +42,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// anGPT's normalisation factors by Monte Carlo, with confidence intervals.
     Nu(nu::NuArgs),
+    /// Train one experiment (GPT+, nGPT, anGPT) and write its metrics, checkpoint and summary.
+    Train(train::TrainArgs),
 }
 
 impl Command {
@@ -49,6 +52,7 @@ impl Command {
             Command::Constants(args) => constants::run(args),
             Command::Bench(args) => bench::run(args),
             Command::Nu(args) => nu::run(args),
+            Command::Train(args) => train::run(args),
         }
     }
 }
