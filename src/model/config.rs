@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::ModelError;
+
 /// The three architectures of the comparison (algorithms.md 1 and 2, anGPT Table 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -78,7 +80,10 @@ pub struct ModelConfig {
     pub norm_eps: f64,
     /// Initial value of the residual eigen learning rates alpha_A, alpha_M (nGPT, anGPT).
     pub alpha_init: f64,
-    /// Their stored scale (nGPT reparametrisation); `None` = `1/sqrt(d_model)`.
+    /// Their stored scale (nGPT reparametrisation: stored value initialised to the scale,
+    /// multiplied by `init/scale` at use). `None` = the architecture's default:
+    /// `1/sqrt(d_model)` for nGPT (NVIDIA/ngpt `base_scale`), `0.01` for anGPT (its paper's
+    /// Table F.2 "Param. Scale Init", also used for its s_Z).
     pub alpha_scale: Option<f64>,
     /// anGPT: multiplier on SwiGLU's gate pre-activation (`None` = `sqrt(d_model)`, the
     /// assumption that reproduces nu_acf ~ 3.74, algorithms.md 2.5).
@@ -119,5 +124,108 @@ impl ModelConfig {
     /// Head size `d_model / n_heads`.
     pub fn head_dim(&self) -> usize {
         self.d_model / self.n_heads.max(1)
+    }
+}
+
+impl Arch {
+    /// Parse a config or command-line name (`gpt_plus`/`gpt+`, `ngpt`, `angpt`).
+    pub fn parse(s: &str) -> Result<Arch, ModelError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "gpt_plus" | "gpt+" | "gptplus" | "gpt-plus" => Ok(Arch::GptPlus),
+            "ngpt" => Ok(Arch::NGpt),
+            "angpt" => Ok(Arch::AnGpt),
+            _ => Err(ModelError::UnknownArch(s.to_string())),
+        }
+    }
+}
+
+impl NormChoice {
+    /// Parse the short name of [`NormChoice::name`] (`l2`, `rms`, `l1`, `linf`, `topkK`, `nu`),
+    /// e.g. for a command-line override. Anything else is [`ModelError::UnknownNorm`].
+    pub fn parse(s: &str) -> Result<NormChoice, ModelError> {
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "l2" => Ok(NormChoice::L2),
+            "rms" => Ok(NormChoice::Rms),
+            "l1" => Ok(NormChoice::L1),
+            "linf" | "l_inf" | "l-inf" => Ok(NormChoice::LInf),
+            "nu" => Ok(NormChoice::Nu),
+            _ => match t.strip_prefix("topk").map(str::parse::<usize>) {
+                Some(Ok(k)) => Ok(NormChoice::TopK { k }),
+                _ => Err(ModelError::UnknownNorm(s.to_string())),
+            },
+        }
+    }
+}
+
+impl ModelConfig {
+    /// MLP hidden width `mlp_ratio * d_model` (each of SwiGLU's two halves).
+    pub fn mlp_hidden(&self) -> usize {
+        self.mlp_ratio * self.d_model
+    }
+
+    /// The stored scale of the residual eigen learning rates (and of anGPT's s_Z): the configured
+    /// one or the architecture's default (see the field's doc).
+    pub fn alpha_scale_or_default(&self) -> f64 {
+        self.alpha_scale.unwrap_or(match self.arch {
+            Arch::AnGpt => 0.01,
+            _ => 1.0 / (self.d_model as f64).sqrt(),
+        })
+    }
+
+    /// Check every size and switch before anything is allocated. Each error names the field
+    /// and its value.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let bad = |field: &'static str, value: String, why: &'static str| Err(ModelError::InvalidConfig { field, value, why });
+        for (field, v) in [("vocab", self.vocab), ("d_model", self.d_model), ("n_heads", self.n_heads), ("n_layers", self.n_layers), ("mlp_ratio", self.mlp_ratio)] {
+            if v == 0 {
+                return bad(field, "0".into(), "must be at least 1");
+            }
+        }
+        #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87, the MSRV is 1.85
+        if self.d_model % self.n_heads != 0 {
+            return bad("n_heads", format!("{} (d_model = {})", self.n_heads, self.d_model), "must divide d_model");
+        }
+        #[allow(clippy::manual_is_multiple_of)]
+        if self.head_dim() % 2 != 0 {
+            return bad("n_heads", format!("{} (head dim {})", self.n_heads, self.head_dim()), "RoPE needs an even head dimension");
+        }
+        if self.d_model.checked_mul(self.mlp_ratio).and_then(|r| r.checked_mul(2)).is_none() {
+            return bad("mlp_ratio", self.mlp_ratio.to_string(), "mlp_ratio * d_model overflows");
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return bad("norm_eps", self.norm_eps.to_string(), "must be finite and >= 0");
+        }
+        if !self.alpha_init.is_finite() {
+            return bad("alpha_init", self.alpha_init.to_string(), "must be finite");
+        }
+        if let Some(s) = self.alpha_scale {
+            if !(s.is_finite() && s > 0.0) {
+                return bad("alpha_scale", s.to_string(), "must be finite and > 0");
+            }
+        }
+        if let Some(g) = self.gate_scale {
+            if !(g.is_finite() && g > 0.0) {
+                return bad("gate_scale", g.to_string(), "must be finite and > 0");
+            }
+        }
+        if !(self.init_std.is_finite() && self.init_std > 0.0) {
+            return bad("init_std", self.init_std.to_string(), "must be finite and > 0");
+        }
+        let unsupported = |why: String| Err(ModelError::Unsupported { arch: self.arch.name(), norm: self.norm.name(), why });
+        if self.ngpt_code_interop && self.arch != Arch::NGpt {
+            return unsupported("ngpt_code_interop reproduces NVIDIA/ngpt and applies only to arch = ngpt".into());
+        }
+        if self.arch == Arch::GptPlus && self.norm == NormChoice::Nu {
+            return unsupported("GPT+ has no approximate (nu) normalisation; nu applies to anGPT and to nGPT's LERP".into());
+        }
+        if let NormChoice::TopK { k } = self.norm {
+            // The narrowest norm site: per-head q/k (d_h) unless GPT+ runs without QK-norm.
+            let narrowest = if self.arch == Arch::GptPlus && !self.qk_norm { self.d_model } else { self.head_dim() };
+            if k == 0 || k > narrowest {
+                return unsupported(format!("top-k with k = {k} needs 1 <= k <= {narrowest} (the narrowest norm site of this model)"));
+            }
+        }
+        Ok(())
     }
 }

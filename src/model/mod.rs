@@ -18,10 +18,21 @@ use normlab_norms::Accum;
 
 use crate::ops::Telemetry;
 
+mod angpt;
+mod attention;
 pub mod config;
+pub mod factors;
+mod gpt_plus;
+mod init;
+mod layers;
+mod ngpt;
+mod norm_site;
 pub mod params;
+mod project;
+mod rope;
 
 pub use config::{Arch, ModelConfig, NormChoice};
+pub use factors::AngptFactors;
 pub use params::{Param, ParamError, ParamGroup, ParamStore};
 
 /// How one forward pass runs.
@@ -69,9 +80,28 @@ pub fn build(
     seed: u64,
     device: &Device,
 ) -> Result<Box<dyn LanguageModel>, ModelError> {
-    // Contract placeholder: the model issue replaces this body with the three architectures.
-    let _ = (storage, seed, device);
-    Err(ModelError::NotBuilt(cfg.arch.name()))
+    cfg.validate()?;
+    Ok(match cfg.arch {
+        Arch::GptPlus => Box::new(gpt_plus::GptPlus::build(cfg, storage, seed, device)?),
+        Arch::NGpt => Box::new(ngpt::NGpt::build(cfg, storage, seed, device)?),
+        Arch::AnGpt => Box::new(angpt::AnGpt::build(cfg, storage, seed, device)?),
+    })
+}
+
+/// `[B, T]` u32 token ids below `vocab`, or an error naming what is wrong.
+pub(crate) fn check_tokens(tokens: &Tensor, vocab: usize) -> candle_core::Result<(usize, usize)> {
+    if tokens.dtype() != DType::U32 {
+        return Err(candle_core::Error::wrap(ModelError::Tokens(format!("dtype {:?} (u32 expected)", tokens.dtype()))));
+    }
+    let (b, t) = tokens.dims2().map_err(|_| candle_core::Error::wrap(ModelError::Tokens(format!("shape {:?} ([batch, time] expected)", tokens.dims()))))?;
+    if b == 0 || t == 0 {
+        return Err(candle_core::Error::wrap(ModelError::Tokens(format!("empty shape {:?}", tokens.dims()))));
+    }
+    let max = tokens.max_all()?.to_scalar::<u32>()?;
+    if max as usize >= vocab {
+        return Err(candle_core::Error::wrap(ModelError::Tokens(format!("id {max} is outside the vocabulary of {vocab}"))));
+    }
+    Ok((b, t))
 }
 
 /// Why a model could not be built or run.
@@ -79,6 +109,20 @@ pub fn build(
 pub enum ModelError {
     #[error("architecture {0} is not built yet")]
     NotBuilt(&'static str),
+    #[error("model config: {field} = {value}: {why}")]
+    InvalidConfig { field: &'static str, value: String, why: &'static str },
+    #[error("model config: arch {arch} with norm {norm} is not supported: {why}")]
+    Unsupported { arch: &'static str, norm: String, why: String },
+    #[error("unknown norm {0:?} (expected l2, rms, l1, linf, topkK with K >= 1, or nu)")]
+    UnknownNorm(String),
+    #[error("unknown architecture {0:?} (expected gpt_plus, ngpt or angpt)")]
+    UnknownArch(String),
+    #[error("parameter storage dtype {0:?} is not supported (f32, f16, bf16, or f64 for checks)")]
+    StorageDType(DType),
+    #[error("token ids: {0}")]
+    Tokens(String),
+    #[error("anGPT factors: {0}")]
+    Nu(normlab_norms::NormError),
     #[error(transparent)]
     Params(#[from] ParamError),
     #[error(transparent)]
