@@ -12,6 +12,8 @@ pub enum CliError {
     Bench(#[from] crate::bench::BenchError),
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
+    #[error(transparent)]
+    Train(#[from] crate::train::TrainError),
     #[error("could not encode JSON: {0}")]
     Json(#[from] serde_json::Error),
     /// Writing to stdout failed (a closed pipe is not reported: see `cli::main`).

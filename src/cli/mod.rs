@@ -22,6 +22,7 @@ pub mod error;
 pub mod gpu_check;
 pub mod nu;
 pub mod output;
+pub mod train;
 
 pub use error::CliError;
 
@@ -44,6 +45,8 @@ pub enum Command {
     Nu(nu::NuArgs),
     /// Every CUDA kernel on the GPU against the f64 reference: max ulp error per kernel and shape.
     GpuCheck(gpu_check::GpuCheckArgs),
+    /// Train one experiment (GPT+, nGPT, anGPT) and write its metrics, checkpoint and summary.
+    Train(train::TrainArgs),
 }
 
 impl Command {
@@ -53,6 +56,7 @@ impl Command {
             Command::Bench(args) => bench::run(args),
             Command::Nu(args) => nu::run(args),
             Command::GpuCheck(args) => gpu_check::run(args),
+            Command::Train(args) => train::run(args),
         }
     }
 }

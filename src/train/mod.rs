@@ -1,14 +1,40 @@
 //! Training: optimizer, schedule, precision modes, checkpoints and telemetry.
 //!
-//! - [`config`]: the experiment TOML (`[model]`, `[train]`, `[data]`).
+//! - [`config`]: the experiment TOML (`[model]`, `[train]`, `[data]`); [`load`] reads it with
+//!   `--set` overrides and checks the values.
 //! - [`record`]: what a run writes (`metrics.jsonl`, `summary.json`): the contract with the
 //!   comparison report.
+//! - [`precision`]: storage, compute, accumulator and optimizer-state dtypes of each mode.
+//! - [`optim`] (AdamW), [`schedule`] (warmup + cosine), [`grad`] (global norm, clipping),
+//!   [`loss_scale`] (dynamic loss scaling for f16 mixed).
+//! - [`step`]: one step (forward, backward, optimizer, projection); [`eval`]: validation.
+//! - [`checkpoint`], [`metrics`], [`totals`], [`files`]: what is written, atomically.
+//! - [`runner`]: the loop.
 
+pub mod checkpoint;
 pub mod config;
+pub mod error;
+pub mod eval;
+pub mod files;
+pub mod grad;
+pub mod load;
+pub mod loss;
+pub mod loss_scale;
+pub mod metrics;
+pub mod optim;
+pub mod precision;
+pub mod progress;
 pub mod record;
+pub mod runner;
+pub mod schedule;
+pub mod step;
+pub mod totals;
 
 pub use config::{DataConfig, ExperimentConfig, Precision, TrainConfig};
+pub use error::TrainError;
+pub use load::{load_experiment, parse_experiment};
 pub use record::{EvalRecord, LayerNorms, NormCounters, Record, RunSummary, StepRecord};
+pub use runner::{metrics_path, run_model, run_segment, summary_path, Segment};
 
 use std::path::Path;
 
@@ -24,23 +50,24 @@ pub struct RunOptions {
     pub progress: bool,
 }
 
-/// Why a run could not be done.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    #[error("training is not built yet")]
-    NotBuilt,
-    #[error(transparent)]
-    Model(#[from] crate::model::ModelError),
-    #[error(transparent)]
-    Data(#[from] crate::data::DataError),
-    #[error(transparent)]
-    Candle(#[from] candle_core::Error),
-}
-
 /// Train one configuration, writing `out/metrics.jsonl`, checkpoints under `out/checkpoint/`
 /// and, at the end, `out/summary.json` (the presence of which marks the run finished).
+///
+/// The model is `model::build(&cfg.model, precision storage dtype, cfg.train.seed, device)`.
+/// Without `opts.resume`, an `out` that already holds a run is refused
+/// ([`TrainError::OutDirInUse`]); with it, the run continues from the checkpoint (or starts
+/// fresh when there is none) and ends exactly as an uninterrupted run would on the CPU.
 pub fn run(cfg: &ExperimentConfig, name: &str, out: &Path, opts: &RunOptions) -> Result<RunSummary, TrainError> {
-    // Contract placeholder: the training issue replaces this body.
-    let _ = (cfg, name, out, opts);
-    Err(TrainError::NotBuilt)
+    load::validate(cfg)?;
+    // A missing corpus is reported before the (possibly slow) model build.
+    if let Some(p) = cfg.data.corpus.as_ref().filter(|p| !p.exists()) {
+        return Err(crate::data::DataError::NotFound { path: p.clone() }.into());
+    }
+    let model = crate::model::build(&cfg.model, cfg.train.precision.storage_dtype(), cfg.train.seed, &opts.device)?;
+    run_model(model.as_ref(), cfg, name, out, opts)
+}
+
+/// The default name of a run: `arch-norm-precision-sSEED`.
+pub fn default_run_name(cfg: &ExperimentConfig) -> String {
+    format!("{}-{}-{}-s{}", cfg.model.arch.name(), cfg.model.norm.name(), cfg.train.precision.name(), cfg.train.seed)
 }

@@ -8,6 +8,44 @@
 
 use serde::{Deserialize, Serialize};
 
+/// JSON has no NaN or infinity (serde_json writes them as `null`, which does not read back as a
+/// number): the fields that can be non-finite (losses, gradient norms, probed norms) write them
+/// as the strings `"NaN"`, `"inf"`, `"-inf"` and read either form back.
+mod nonfinite {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Number(x) => Ok(x),
+            Repr::Text(t) => match t.as_str() {
+                "NaN" => Ok(f64::NAN),
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                other => Err(D::Error::custom(format!("expected a number, \"NaN\", \"inf\" or \"-inf\", got {other:?}"))),
+            },
+        }
+    }
+}
+
 /// Schema tag of `summary.json`.
 pub const SCHEMA: &str = "normlab.run/1";
 
@@ -23,9 +61,11 @@ pub struct NormCounters {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub step: u64,
+    #[serde(with = "nonfinite")]
     pub loss: f64,
     pub lr: f64,
-    /// Global L2 norm of the gradient before clipping (unscaled).
+    /// Global L2 norm of the gradient before clipping (unscaled; non-finite on an overflow step).
+    #[serde(with = "nonfinite")]
     pub grad_norm: f64,
     pub step_time_s: f64,
     pub tokens_per_s: f64,
@@ -43,10 +83,13 @@ pub struct StepRecord {
 pub struct LayerNorms {
     pub layer: usize,
     /// Mean over tokens of ||h|| of the residual stream after the layer.
+    #[serde(with = "nonfinite")]
     pub residual_norm: f64,
     /// Mean over tokens of the attention block's output norm (before it joins the stream).
+    #[serde(with = "nonfinite")]
     pub attn_out_norm: f64,
     /// Mean over tokens of the MLP block's output norm.
+    #[serde(with = "nonfinite")]
     pub mlp_out_norm: f64,
 }
 
@@ -54,6 +97,7 @@ pub struct LayerNorms {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalRecord {
     pub step: u64,
+    #[serde(with = "nonfinite")]
     pub val_loss: f64,
     pub wall_s: f64,
     pub layers: Vec<LayerNorms>,
@@ -65,6 +109,7 @@ pub struct EvalRecord {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DivergedRecord {
     pub step: u64,
+    #[serde(with = "nonfinite")]
     pub loss: f64,
 }
 
@@ -100,4 +145,25 @@ pub struct RunSummary {
     pub skipped_steps: u64,
     /// sha256 of the canonical JSON of the run's config.
     pub config_hash: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nonfinite_values_round_trip() {
+        for loss in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 2.5] {
+            let r = Record::Diverged(DivergedRecord { step: 7, loss });
+            let line = serde_json::to_string(&r).unwrap();
+            let back: Record = serde_json::from_str(&line).unwrap();
+            match back {
+                Record::Diverged(d) => assert!(d.loss == loss || (d.loss.is_nan() && loss.is_nan()), "{line}"),
+                _ => panic!("{line}"),
+            }
+        }
+        let line = r#"{"kind":"diverged","step":3,"loss":"NaN"}"#;
+        assert!(matches!(serde_json::from_str::<Record>(line).unwrap(), Record::Diverged(d) if d.loss.is_nan()));
+        assert!(serde_json::from_str::<Record>(r#"{"kind":"diverged","step":3,"loss":"big"}"#).is_err());
+    }
 }
