@@ -14,6 +14,7 @@ pub use normlab_norms as norms;
 
 pub mod bench;
 pub mod cli;
+pub mod compare;
 pub mod data;
 pub mod gpu;
 pub mod model;

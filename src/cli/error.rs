@@ -11,6 +11,8 @@ pub enum CliError {
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
     #[error(transparent)]
+    Compare(#[from] crate::compare::CompareError),
+    #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
     #[error(transparent)]
     Train(#[from] crate::train::TrainError),

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod compare;
 pub mod constants;
 pub mod error;
 pub mod gpu_check;
@@ -43,6 +44,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// anGPT's normalisation factors by Monte Carlo, with confidence intervals.
     Nu(nu::NuArgs),
+    /// Train GPT+, nGPT and anGPT x norms x precisions side by side and report stability and speed.
+    Compare(compare::CompareArgs),
     /// Every CUDA kernel on the GPU against the f64 reference: max ulp error per kernel and shape.
     GpuCheck(gpu_check::GpuCheckArgs),
     /// Train one experiment (GPT+, nGPT, anGPT) and write its metrics, checkpoint and summary.
@@ -55,6 +58,7 @@ impl Command {
             Command::Constants(args) => constants::run(args),
             Command::Bench(args) => bench::run(args),
             Command::Nu(args) => nu::run(args),
+            Command::Compare(args) => compare::run(args),
             Command::GpuCheck(args) => gpu_check::run(args),
             Command::Train(args) => train::run(args),
         }

@@ -14,10 +14,13 @@ use crate::model::ModelError;
 pub enum Arch {
     /// The anGPT paper's baseline: pre-norm RMSNorm, QK-norm with a learnable gain, SwiGLU,
     /// RoPE, no bias.
+    #[serde(alias = "gpt+")]
     GptPlus,
     /// nGPT (Loshchilov et al.): everything on the unit sphere, eigen learning rates.
+    #[serde(rename = "ngpt", alias = "n_gpt")]
     NGpt,
     /// anGPT (Franke et al.): nGPT's normalisations replaced by constant nu factors.
+    #[serde(rename = "angpt", alias = "an_gpt")]
     AnGpt,
 }
 
@@ -227,5 +230,29 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Config files, `--set` overrides, presets and reports all use `Arch::name()`: serde must
+    /// read and write exactly that spelling (and `Arch::parse` must accept it).
+    #[test]
+    fn serde_names_are_the_report_names() {
+        #[derive(Deserialize, Serialize)]
+        struct W {
+            arch: Arch,
+        }
+        for arch in Arch::ALL {
+            let text = format!("arch = \"{}\"\n", arch.name());
+            let w: W = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", arch.name()));
+            assert_eq!(w.arch, arch);
+            assert_eq!(toml::to_string(&W { arch }).unwrap(), text);
+            assert_eq!(Arch::parse(arch.name()).unwrap(), arch);
+        }
+        let old: W = toml::from_str("arch = \"n_gpt\"").unwrap();
+        assert_eq!(old.arch, Arch::NGpt);
     }
 }

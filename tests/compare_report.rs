@@ -1,0 +1,154 @@
+//! The comparison report from synthetic run directories: its numbers come from the runs
+//! (change an input, the report changes), the claims' verdicts follow the numbers, and the
+//! report files and plots are all written.
+
+mod compare_common;
+
+use compare_common::*;
+use normlab::compare::manifest::prepare_dir;
+use normlab::compare::{write_report, Preset};
+use serde_json::Value;
+
+fn final_loss(s: &Synth) -> f64 {
+    loss_at(s, STEPS - 1) + 0.05
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    (m, (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt())
+}
+
+/// Steps for `s` to reach `target` on its evaluations (linear interpolation), independently.
+fn crossing(s: &Synth, target: f64) -> f64 {
+    let mut evals: Vec<u64> = (0..STEPS).step_by(EVAL_EVERY as usize).collect();
+    evals.push(STEPS - 1);
+    let val = |t: u64| loss_at(s, t) + 0.05;
+    for w in evals.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if val(b) <= target {
+            return a as f64 + (val(a) - target) / (val(a) - val(b)) * (b - a) as f64;
+        }
+    }
+    panic!("never reached {target}");
+}
+
+fn claim<'a>(summary: &'a Value, id: &str) -> &'a Value {
+    summary["claims"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("claim {id} missing"))
+}
+
+fn read(dir: &std::path::Path, f: &str) -> String {
+    std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"))
+}
+
+#[test]
+fn report_numbers_and_verdicts_come_from_the_runs() {
+    let dir = temp_dir("report");
+    let preset = Preset::parse(&preset_text("1, 2"), "synthetic").unwrap();
+    prepare_dir(&dir, &preset).unwrap();
+    for cell in &preset.cells {
+        write_run(&dir, cell, &default_synth(cell));
+    }
+    let summary = write_report(&preset, &dir, "normlab compare --preset synthetic").unwrap();
+    let json: Value = serde_json::from_str(&read(&dir, "summary.json")).unwrap();
+    assert_eq!(json["schema"], "normlab.compare-summary/1");
+    assert_eq!(json["runs"].as_array().unwrap().len(), 24);
+    assert_eq!(summary.missing_cells.len(), 0);
+    let md = read(&dir, "report.md");
+    let html = read(&dir, "report.html");
+
+    // Final validation loss mean +- std of GPT+ l2 f32, computed here from the synthetic inputs.
+    let cell = |name: &str| preset.cells.iter().find(|c| c.name == name).unwrap().clone();
+    let base: Vec<Synth> = [1, 2].iter().map(|s| default_synth(&cell(&format!("gpt_plus-l2-f32-s{s}")))).collect();
+    let (m, sd) = mean_std(&base.iter().map(final_loss).collect::<Vec<_>>());
+    let text = format!("{m:.4} ± {sd:.4}");
+    assert!(md.contains(&format!("| gpt_plus/l2/f32 | 2 | {text} |")), "report.md lacks {text}:\n{md}");
+    assert!(html.contains(&text), "report.html lacks {text}");
+
+    // anGPT's speedup: GPT+'s 100 steps over the mean steps to GPT+'s mean final loss.
+    let an: Vec<f64> = [1, 2].iter().map(|s| crossing(&default_synth(&cell(&format!("angpt-l2-f32-s{s}"))), m)).collect();
+    let speedup = STEPS as f64 / (an.iter().sum::<f64>() / 2.0);
+    let c = claim(&json, "angpt_speedup");
+    assert!(c["measured"].as_str().unwrap().starts_with(&format!("{speedup:.2}x")), "{c}");
+    assert_eq!(c["verdict"], if speedup >= 1.26 { "supported" } else { "not_supported" });
+    assert!(md.contains(&format!("{speedup:.2}x")));
+
+    // Verdicts of the other claims for these inputs.
+    assert_eq!(claim(&json, "norm_matters_4_3_fp16")["verdict"], "supported");
+    assert!(claim(&json, "norm_matters_4_3_fp16")["measured"].as_str().unwrap().contains("diverged at [37, 37]"));
+    assert_eq!(claim(&json, "norm_matters_4_1_same_accuracy")["verdict"], "supported");
+    assert_eq!(claim(&json, "norm_matters_4_1_constant")["verdict"], "not_measured");
+    assert_eq!(claim(&json, "angpt_overhead")["verdict"], "supported"); // +2.0%
+    assert!(claim(&json, "angpt_overhead")["measured"].as_str().unwrap().starts_with("+2.0%"));
+    assert_eq!(claim(&json, "ngpt_speedup")["verdict"], "supported");
+    let nu = json["nu_acf"]["value"].as_f64().unwrap();
+    assert!((nu - 3.7264).abs() < 0.03, "nu_acf {nu}");
+    assert_eq!(claim(&json, "angpt_nu_acf")["verdict"], "supported");
+
+    // Counters: 30 overflows per step for 100 steps in the diverged L2 pure f16 runs.
+    let g = json["groups"].as_array().unwrap().iter().find(|g| g["arch"] == "ngpt" && g["variant"] == "l2" && g["precision"] == "pure_f16").unwrap();
+    assert_eq!(g["counters"]["acc_overflow"].as_f64(), Some(3000.0));
+    assert_eq!(g["diverged_runs"].as_u64(), Some(2));
+
+    // Report files: self-contained HTML with inline SVG, PNG and SVG plots.
+    assert!(html.contains("<svg") && !html.contains("src=\""), "HTML must inline its figures");
+    for p in json["plots"].as_array().unwrap() {
+        let p = p.as_str().unwrap();
+        let bytes = std::fs::read(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert!(bytes.len() > 1000, "{p} is {} bytes", bytes.len());
+        if p.ends_with(".png") {
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{p}");
+        }
+    }
+    for stem in ["val_loss_vs_step_f32", "val_loss_vs_wall_pure_f16", "residual_norm_gpt_plus_l2_f32", "residual_norm_by_layer", "acc_overflow", "step_time", "tokens_per_s"] {
+        assert!(dir.join(format!("plots/{stem}.svg")).exists() && dir.join(format!("plots/{stem}.png")).exists(), "{stem}");
+    }
+    assert!(md.contains("normlab compare --preset synthetic") && md.contains(&preset.hash), "provenance");
+
+    // Change the inputs: L2 no longer breaks in pure f16, one GPT+ run ends higher.
+    for cell in preset.cells.iter().filter(|c| c.variant == "l2" && c.precision.name() == "pure_f16") {
+        let mut s = default_synth(cell);
+        s.diverge_at = None;
+        s.acc_overflow_per_step = 0;
+        write_run(&dir, cell, &s);
+    }
+    let c1 = cell("gpt_plus-l2-f32-s1");
+    let mut s1 = default_synth(&c1);
+    s1.floor = 2.5;
+    write_run(&dir, &c1, &s1);
+    write_report(&preset, &dir, "normlab compare --preset synthetic").unwrap();
+    let json2: Value = serde_json::from_str(&read(&dir, "summary.json")).unwrap();
+    let md2 = read(&dir, "report.md");
+    assert_eq!(claim(&json2, "norm_matters_4_3_fp16")["verdict"], "not_supported");
+    let (m2, sd2) = mean_std(&[final_loss(&s1), final_loss(&base[1])]);
+    // The f32 row changed; (the pure_f16 L2 row now has the old f32 numbers, legitimately).
+    assert!(md2.contains(&format!("| gpt_plus/l2/f32 | 2 | {m2:.4} ± {sd2:.4} |")), "new mean not in the report");
+    assert!(!md2.contains(&format!("| gpt_plus/l2/f32 | 2 | {text} |")), "old mean still in the report");
+    assert_ne!(claim(&json, "angpt_speedup")["measured"], claim(&json2, "angpt_speedup")["measured"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn missing_runs_are_listed_not_invented() {
+    let dir = temp_dir("partial");
+    let preset = Preset::parse(&preset_text("1"), "synthetic").unwrap();
+    prepare_dir(&dir, &preset).unwrap();
+    // Only GPT+ runs finished: the speedup claims cannot be measured.
+    for cell in preset.cells.iter().filter(|c| c.arch.name() == "gpt_plus") {
+        write_run(&dir, cell, &default_synth(cell));
+    }
+    let s = write_report(&preset, &dir, "test").unwrap();
+    assert_eq!(s.missing_cells.len(), 8);
+    assert_eq!(s.runs.len(), 4);
+    let json: Value = serde_json::from_str(&read(&dir, "summary.json")).unwrap();
+    assert_eq!(claim(&json, "angpt_speedup")["verdict"], "not_measured");
+    assert_eq!(claim(&json, "ngpt_speedup")["verdict"], "not_measured");
+    assert!(read(&dir, "report.md").contains("Not finished (left out of every number below): ngpt-l2-f32-s1"));
+    // A corrupt metrics line is an error naming the file and line.
+    let bad = dir.join("runs/gpt_plus-l2-f32-s1/metrics.jsonl");
+    let mut text = std::fs::read_to_string(&bad).unwrap();
+    text.push_str("{\"kind\":\"step\",\"step\":\n");
+    std::fs::write(&bad, text.clone()).unwrap();
+    let e = write_report(&preset, &dir, "test").unwrap_err().to_string();
+    assert!(e.contains("metrics.jsonl line") && e.contains(&text.lines().count().to_string()), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
