@@ -152,3 +152,42 @@ fn missing_runs_are_listed_not_invented() {
     assert!(e.contains("metrics.jsonl line") && e.contains(&text.lines().count().to_string()), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_baseline_is_its_own_unit_and_a_baseline_that_did_not_learn_sets_no_target() {
+    let dir = temp_dir("baseline");
+    let preset = Preset::parse(&preset_text("1, 2"), "synthetic").unwrap();
+    prepare_dir(&dir, &preset).unwrap();
+    for cell in &preset.cells {
+        let mut s = default_synth(cell);
+        // A non-monotone baseline curve that dips below its final value early on: its own
+        // crossing would be an early step, which must not count as a speedup over itself.
+        if cell.arch.name() == "gpt_plus" && cell.variant == "l2" && cell.precision.name() == "f32" {
+            s.floor = 2.0 + 0.2 * cell.seed as f64;
+        }
+        write_run(&dir, cell, &s);
+    }
+    let s = write_report(&preset, &dir, "test").unwrap();
+    let base = s.groups.iter().find(|g| g.label() == "gpt_plus/l2/f32").unwrap();
+    assert_eq!(base.speedup, Some(1.0));
+    assert_eq!(base.steps_to_target.map(|t| t.mean), Some(STEPS as f64));
+    assert_eq!(base.reached_target, 2);
+
+    // GPT+ in f32 ends above ln(256): no target loss, the speedup claims are not measured.
+    for cell in preset.cells.iter().filter(|c| c.arch.name() == "gpt_plus" && c.variant == "l2" && c.precision.name() == "f32") {
+        let mut s = default_synth(cell);
+        s.floor = 6.0;
+        write_run(&dir, cell, &s);
+    }
+    let s = write_report(&preset, &dir, "test").unwrap();
+    let g = s.groups.iter().find(|g| g.label() == "angpt/l2/f32").unwrap();
+    assert_eq!(g.target_loss, None);
+    assert_eq!(g.speedup, None);
+    assert!(g.target_note.as_deref().unwrap().contains("did not learn"), "{:?}", g.target_note);
+    let json: Value = serde_json::from_str(&read(&dir, "summary.json")).unwrap();
+    for id in ["angpt_speedup", "ngpt_speedup"] {
+        assert_eq!(claim(&json, id)["verdict"], "not_measured", "{id}");
+        assert!(claim(&json, id)["measured"].as_str().unwrap().contains("did not learn"), "{id}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,12 +5,17 @@
 //! - **final validation loss**: mean +- sample std (n - 1) over the seeds whose run did not
 //!   diverge and ended with a finite loss;
 //! - **baseline** of a group: GPT+ with the `l2` variant (its own RMSNorm) in the same precision;
-//! - **target loss**: the baseline's mean final validation loss;
+//! - **target loss**: the baseline's mean final validation loss, defined only when the baseline
+//!   learned something: below `ln(vocab)`, the loss of the uniform predictor (a target worse than
+//!   guessing would make every "speedup" meaningless);
 //! - **steps to target**: the first step at which a run's validation loss is <= the target,
 //!   linearly interpolated between the two evaluations around the crossing; a group's value is
-//!   the mean over seeds, defined only when every seed got there;
+//!   the mean over seeds, defined only when every seed got there. The baseline itself reaches
+//!   its own final loss at its last step by definition (its seeds scatter around their mean, and
+//!   a non-monotone curve may touch that value earlier: neither is a speedup over itself);
 //! - **speedup**: the baseline's step count divided by the steps to target (how many times
 //!   fewer steps the variant needs to reach GPT+'s final loss, as the papers report it);
+//!   exactly 1 for the baseline;
 //! - **overhead**: mean median step time over the baseline's, minus 1.
 
 use serde::Serialize;
@@ -96,6 +101,8 @@ pub struct GroupStats {
     /// The baseline group's label (`gpt_plus/l2/PRECISION`) when the preset has it.
     pub baseline: Option<String>,
     pub target_loss: Option<f64>,
+    /// Why there is no target loss (no baseline in this precision, or it did not learn).
+    pub target_note: Option<String>,
     /// Runs that reached the target loss.
     pub reached_target: usize,
     pub steps_to_target: Option<Stat>,
@@ -171,6 +178,7 @@ fn basic_stats(g: &[&CellRun]) -> GroupStats {
         tokens_per_s: Stat::of(&tps),
         baseline: None,
         target_loss: None,
+        target_note: None,
         reached_target: 0,
         steps_to_target: None,
         speedup: None,
@@ -184,15 +192,34 @@ pub fn analyse(runs: &[CellRun]) -> Vec<GroupStats> {
     let mut stats: Vec<GroupStats> = groups.iter().map(|g| basic_stats(g)).collect();
     let base_of = |precision: &str, stats: &[GroupStats]| stats.iter().position(|s| s.arch == Arch::GptPlus.name() && s.variant == BASELINE_VARIANT && s.precision == precision);
     for i in 0..stats.len() {
-        let Some(b) = base_of(&stats[i].precision, &stats) else { continue };
+        let Some(b) = base_of(&stats[i].precision, &stats) else {
+            stats[i].target_note = Some(format!("no gpt_plus/{BASELINE_VARIANT} run in {}", stats[i].precision));
+            continue;
+        };
         let base = stats[b].clone();
         let s = &mut stats[i];
         s.baseline = Some(base.label());
         if let (Some(t), Some(bt)) = (s.step_time_s, base.step_time_s) {
             s.overhead = Some(t.mean / bt.mean - 1.0);
         }
-        let Some(target) = base.final_val_loss.map(|f| f.mean) else { continue };
+        let Some(target) = base.final_val_loss.map(|f| f.mean) else {
+            s.target_note = Some(format!("{} has no usable final loss", base.label()));
+            continue;
+        };
+        let vocab = groups[b][0].cell.config.model.vocab;
+        let uniform = (vocab as f64).ln();
+        if target >= uniform {
+            s.target_note = Some(format!("{} did not learn: final loss {target:.4} >= ln({vocab}) = {uniform:.4}", base.label()));
+            continue;
+        }
         s.target_loss = Some(target);
+        if i == b {
+            let own: Vec<f64> = groups[i].iter().filter(|r| r.usable_final_loss().is_some()).map(|r| r.data.summary.steps as f64).collect();
+            s.reached_target = own.len();
+            s.steps_to_target = Stat::of(&own);
+            s.speedup = Some(1.0);
+            continue;
+        }
         let reached: Vec<f64> = groups[i].iter().filter_map(|r| steps_to_reach(&eval_series(r), target)).collect();
         s.reached_target = reached.len();
         if reached.len() == groups[i].len() {

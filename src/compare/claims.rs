@@ -206,10 +206,10 @@ fn speedup_claim(stats: &[GroupStats], prec: &str, arch: Arch, id: &str, source:
     let rule = format!("in {prec}: speedup = GPT+'s steps / steps {} needs to reach GPT+'s mean final validation loss (every seed); supported when >= {threshold:.2}", arch.name());
     let base = find(stats, Arch::GptPlus.name(), BASELINE_VARIANT, prec);
     let (measured, verdict) = match (find(stats, arch.name(), BASELINE_VARIANT, prec), base) {
-        (Some(g), Some(b)) => match (g.speedup, b.final_val_loss) {
-            (Some(s), _) => (format!("{s:.2}x ({:.0} vs {} steps to loss {:.4})", g.steps_to_target.map(|t| t.mean).unwrap_or(f64::NAN), b.steps, g.target_loss.unwrap_or(f64::NAN)), if s >= threshold { Verdict::Supported } else { Verdict::NotSupported }),
-            (None, Some(_)) => (format!("{} reached GPT+'s final loss {:.4} in {}/{} runs: no speedup", arch.name(), g.target_loss.unwrap_or(f64::NAN), g.reached_target, g.runs()), Verdict::NotSupported),
-            (None, None) => ("GPT+ has no usable final loss".into(), Verdict::NotMeasured),
+        (Some(g), Some(b)) => match (g.speedup, g.target_loss) {
+            (Some(s), Some(target)) => (format!("{s:.2}x ({:.0} vs {} steps to loss {target:.4})", g.steps_to_target.map(|t| t.mean).unwrap_or(f64::NAN), b.steps), if s >= threshold { Verdict::Supported } else { Verdict::NotSupported }),
+            (_, Some(target)) => (format!("{} reached GPT+'s final loss {target:.4} in {}/{} runs: no speedup", arch.name(), g.reached_target, g.runs()), Verdict::NotSupported),
+            (_, None) => (g.target_note.clone().unwrap_or_else(|| "no target loss".into()), Verdict::NotMeasured),
         },
         _ => (format!("needs gpt_plus/l2 and {}/l2 runs in {prec}", arch.name()), Verdict::NotMeasured),
     };

@@ -74,7 +74,7 @@ fn summary_table(stats: &[GroupStats]) -> Block {
                 stat_text(g.final_val_loss, 4),
                 if g.diverged_runs == 0 { format!("0/{}", g.runs()) } else { format!("{}/{} ({:?})", g.diverged_runs, g.runs(), g.diverged_at) },
                 match (g.target_loss, g.steps_to_target) {
-                    (None, _) => "n/a (no GPT+ baseline)".into(),
+                    (None, _) => format!("n/a ({})", g.target_note.as_deref().unwrap_or("no GPT+ baseline")),
                     (Some(_), Some(s)) => stat_text(Some(s), 0),
                     (Some(_), None) => format!("not reached ({}/{} runs)", g.reached_target, g.runs()),
                 },

@@ -30,7 +30,7 @@ pub mod schedule;
 pub mod step;
 pub mod totals;
 
-pub use config::{DataConfig, ExperimentConfig, Precision, TrainConfig};
+pub use config::{DataConfig, ExperimentConfig, OptimizerState, Precision, TrainConfig};
 pub use error::TrainError;
 pub use load::{load_experiment, parse_experiment};
 pub use record::{EvalRecord, LayerNorms, NormCounters, Record, RunSummary, StepRecord};

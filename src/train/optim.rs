@@ -169,6 +169,36 @@ mod tests {
         s
     }
 
+    /// Why the pure modes keep Adam's moments in f32 by default (`OptimizerState`): stored in
+    /// f16, `v = 0.05 g^2` underflows to 0 for a small gradient; when the next gradient of that
+    /// weight is zero (an embedding row of a token absent from the batch) while `m` still holds
+    /// the earlier one, the update is `lr * m_hat / eps` instead of a fraction of `lr`.
+    #[test]
+    fn f16_second_moment_underflows_and_explodes_the_update() {
+        let d = Device::Cpu;
+        let cfg = AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0 };
+        let mut moved = Vec::new();
+        for state in [DType::F32, DType::F16] {
+            let mut s = ParamStore::new();
+            let w = Var::from_tensor(&Tensor::new(&[0.5f32], &d).unwrap().to_dtype(DType::F16).unwrap()).unwrap();
+            s.push("w", w.clone(), ParamGroup::Matrix).unwrap();
+            let mut opt = AdamW::new(&s, cfg, state).unwrap();
+            opt.step(&s, &[Tensor::new(&[1e-4f32], &d).unwrap()], 1e-3).unwrap();
+            let v = opt.second_moments()[0].to_dtype(DType::F64).unwrap().to_vec1::<f64>().unwrap()[0];
+            if state == DType::F16 {
+                assert_eq!(v, 0.0, "0.05 * (1e-4)^2 = 5e-10 is below f16's smallest subnormal (6e-8)");
+            } else {
+                assert!((v - 0.05e-8).abs() < 1e-14, "{v}");
+            }
+            opt.step(&s, &[Tensor::new(&[0.0f32], &d).unwrap()], 1e-3).unwrap();
+            moved.push(0.5 - w.as_tensor().to_dtype(DType::F64).unwrap().to_vec1::<f64>().unwrap()[0]);
+        }
+        // f32 state: step 1 moves by about lr, step 2 by m_hat / sqrt(v_hat) = 0.67 lr.
+        assert!(moved[0] > 1e-3 && moved[0] < 3e-3, "f32 state moved {}", moved[0]);
+        // f16 state: step 2 is lr * m_hat / eps = 1e-3 * 4.7e-5 / 1e-8, about 4.7.
+        assert!(moved[1] > 1.0, "f16 state: the second step divides by eps, moved {}", moved[1]);
+    }
+
     /// Two AdamW steps against the formulas evaluated by hand in f64.
     #[test]
     fn two_steps_match_hand_computed_adamw() {

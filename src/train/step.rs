@@ -48,7 +48,7 @@ impl Trainer {
     pub fn new(model: &dyn LanguageModel, train: &TrainConfig) -> Result<Self> {
         let p = train.precision;
         let cfg = AdamWConfig { beta1: train.beta1, beta2: train.beta2, eps: train.adam_eps, weight_decay: train.weight_decay };
-        let optimizer = AdamW::new(model.params(), cfg, p.optimizer_state_dtype())?;
+        let optimizer = AdamW::new(model.params(), cfg, p.optimizer_state_dtype(train.optimizer_state))?;
         let scaler = p
             .uses_loss_scaling()
             .then(|| LossScaler::new(train.loss_scale_init, train.loss_scale_growth_interval));
