@@ -191,3 +191,53 @@ fn the_baseline_is_its_own_unit_and_a_baseline_that_did_not_learn_sets_no_target
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+type Paths = std::collections::BTreeSet<String>;
+
+/// The paths of `v` (`a.b`, arrays as `a[]`) over every element of every array: `leaves` gets
+/// the values that are not objects (null included), `objects` the objects.
+fn json_paths(v: &Value, prefix: &str, leaves: &mut Paths, objects: &mut Paths) {
+    match v {
+        Value::Object(m) => {
+            if !prefix.is_empty() {
+                objects.insert(prefix.to_string());
+            }
+            for (k, x) in m {
+                let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                json_paths(x, &p, leaves, objects);
+            }
+        }
+        Value::Array(a) if a.iter().any(|x| x.is_object()) => a.iter().for_each(|x| json_paths(x, &format!("{prefix}[]"), leaves, objects)),
+        Value::Array(_) => {
+            leaves.insert(format!("{prefix}[]"));
+        }
+        _ => {
+            leaves.insert(prefix.to_string());
+        }
+    }
+}
+
+#[test]
+fn summary_schema_doc_lists_exactly_the_fields_written() {
+    let dir = temp_dir("schema");
+    let preset = Preset::parse(&preset_text("1, 2"), "synthetic").unwrap();
+    prepare_dir(&dir, &preset).unwrap();
+    for cell in &preset.cells {
+        write_run(&dir, cell, &default_synth(cell));
+    }
+    write_report(&preset, &dir, "test").unwrap();
+    let json: Value = serde_json::from_str(&read(&dir, "summary.json")).unwrap();
+    let (mut leaves, mut objects) = (Paths::new(), Paths::new());
+    json_paths(&json, "", &mut leaves, &mut objects);
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/summary-schema.md")).unwrap();
+    let documented: std::collections::BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next().map(str::to_string))
+        .collect();
+    let undocumented: Vec<_> = leaves.difference(&documented).collect();
+    assert!(undocumented.is_empty(), "fields written but not in docs/summary-schema.md: {undocumented:?}");
+    // The doc may also name objects (those that can be null), but nothing that is not written.
+    let stale: Vec<_> = documented.iter().filter(|p| !leaves.contains(*p) && !objects.contains(*p)).collect();
+    assert!(stale.is_empty(), "fields in docs/summary-schema.md that summary.json does not have: {stale:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
