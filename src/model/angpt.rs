@@ -82,8 +82,8 @@ impl AnGpt {
         let (d, v, dh, r, nl) = (cfg.d_model, cfg.vocab, cfg.head_dim(), cfg.mlp_hidden(), cfg.n_layers);
         let factors = AngptFactors::for_config(cfg)?;
         let site_choice = if cfg.norm == NormChoice::Nu { NormChoice::L2 } else { cfg.norm };
-        let site_h = NormSite::new(site_choice, dh, Target::Unit, cfg.norm_eps)?;
-        let site_d = if cfg.norm == NormChoice::Nu { None } else { Some(NormSite::new(cfg.norm, d, Target::Unit, cfg.norm_eps)?) };
+        let site_h = NormSite::new(site_choice, dh, Target::Unit, cfg)?;
+        let site_d = if cfg.norm == NormChoice::Nu { None } else { Some(NormSite::new(cfg.norm, d, Target::Unit, cfg)?) };
         let scale = cfg.alpha_scale_or_default();
         let block_bound = if cfg.angpt_frobenius_bound { Constraint::BallFrobenius } else { Constraint::BallRows };
         let mut b = Builder::new(seed, storage, device)?;

@@ -81,6 +81,10 @@ pub struct ModelConfig {
     pub norm: NormChoice,
     /// eps of every exact norm (where it is added: see the ops' docs).
     pub norm_eps: f64,
+    /// Scale constant of the L1, L-inf and Top-k replacements: `exact` (default, unbiased for
+    /// Gaussian input), `code` (the "Norm matters" authors' `c(n)`), `one` (no constant: the
+    /// paper's 4.1 ablation). Ignored by L2 and RMS.
+    pub norm_constant: normlab_norms::ConstMode,
     /// Initial value of the residual eigen learning rates alpha_A, alpha_M (nGPT, anGPT).
     pub alpha_init: f64,
     /// Their stored scale (nGPT reparametrisation: stored value initialised to the scale,
@@ -112,6 +116,7 @@ impl Default for ModelConfig {
             mlp_ratio: 4,
             norm: NormChoice::L2,
             norm_eps: 1e-6,
+            norm_constant: normlab_norms::ConstMode::Exact,
             alpha_init: 0.05,
             alpha_scale: None,
             gate_scale: None,

@@ -59,8 +59,8 @@ pub(crate) struct GptPlus {
 impl GptPlus {
     pub fn build(cfg: &ModelConfig, storage: DType, seed: u64, device: &Device) -> std::result::Result<Self, ModelError> {
         let (d, v, dh, r, nl) = (cfg.d_model, cfg.vocab, cfg.head_dim(), cfg.mlp_hidden(), cfg.n_layers);
-        let site_d = NormSite::new(cfg.norm, d, Target::Rms, cfg.norm_eps)?;
-        let site_qk = if cfg.qk_norm { Some(NormSite::new(cfg.norm, dh, Target::Rms, cfg.norm_eps)?) } else { None };
+        let site_d = NormSite::new(cfg.norm, d, Target::Rms, cfg)?;
+        let site_qk = if cfg.qk_norm { Some(NormSite::new(cfg.norm, dh, Target::Rms, cfg)?) } else { None };
         let mut b = Builder::new(seed, storage, device)?;
         let std = cfg.init_std;
         let std_out = std / ((2 * nl) as f64).sqrt();

@@ -79,8 +79,8 @@ impl NGpt {
         let (d, v, dh, r, nl) = (cfg.d_model, cfg.vocab, cfg.head_dim(), cfg.mlp_hidden(), cfg.n_layers);
         // The d-wide unit sites (h_A, h_M, LERP) use the chosen norm; under Nu the exact one.
         let exact_or = |c: NormChoice| if c == NormChoice::Nu { NormChoice::L2 } else { c };
-        let site_d = NormSite::new(exact_or(cfg.norm), d, Target::Unit, cfg.norm_eps)?;
-        let site_h = NormSite::new(exact_or(cfg.norm), dh, Target::Unit, cfg.norm_eps)?;
+        let site_d = NormSite::new(exact_or(cfg.norm), d, Target::Unit, cfg)?;
+        let site_h = NormSite::new(exact_or(cfg.norm), dh, Target::Unit, cfg)?;
         let base = 1.0 / (d as f64).sqrt();
         let alpha_scale = cfg.alpha_scale_or_default();
         let mut b = Builder::new(seed, storage, device)?;
