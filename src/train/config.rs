@@ -58,7 +58,9 @@ pub struct TrainConfig {
     /// Global gradient-norm clip (0 = off).
     pub grad_clip: f64,
     pub precision: Precision,
-    /// Store the norms' inputs/outputs in fp8 (E4M3) as an option.
+    /// Store every norm site's input and output as fp8 E4M3 (per-tensor power-of-two scale
+    /// from the amax, straight-through backward; see `model::norm_site`). Works with every
+    /// precision mode; the counters appear as `counters.fp8` in the step records and summary.
     pub fp8_norm_io: bool,
     /// f16 mixed: initial dynamic loss scale and the clean steps before it doubles.
     pub loss_scale_init: f64,
