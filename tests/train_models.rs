@@ -148,3 +148,23 @@ fn fp8_norm_io_parses_with_every_precision() {
         assert!(cfg.train.fp8_norm_io && cfg.train.precision == p);
     }
 }
+
+/// Issue 5: "a pure-f16 run of an L2 model records accumulation overflows where the f32 run
+/// records none", with a real model: GPT+ (norm l2) of `experiments/tiny-f16-overflow.toml`,
+/// whose large init (std 0.5) makes the MLP output, and so the residual stream, reach
+/// `||h|| > 256` in the first forward: the f16 sum of squares of its RMSNorm exceeds 65504.
+#[test]
+fn pure_f16_l2_model_overflows_where_f32_does_not() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/tiny-f16-overflow.toml");
+    let mut counts = Vec::new();
+    for p in ["pure_f16", "f32"] {
+        let cfg = normlab::train::load_experiment(&path, &["train.steps=3".into(), "train.eval_every=0".into(), format!("train.precision={p}")]).unwrap();
+        assert_eq!((cfg.model.arch, cfg.model.norm), (Arch::GptPlus, normlab::model::NormChoice::L2));
+        let out = fresh_dir(&format!("overflow-{p}"));
+        let s = run(&cfg, p, &out, &opts()).unwrap();
+        println!("{p}: {:?}", s.counters);
+        counts.push(s.counters.acc_overflow);
+        std::fs::remove_dir_all(&out).ok();
+    }
+    assert!(counts[0] > 0 && counts[1] == 0, "pure f16 {} overflows, f32 {}", counts[0], counts[1]);
+}

@@ -1,5 +1,4 @@
-//! Fused elementwise layers of nGPT and anGPT, each one candle custom op with a one-pass
-//! backward.
+//! Fused elementwise layers, each one candle custom op with a one-pass backward.
 //!
 //! Why: composed from candle ops, `h + a (x - h)` is three graph nodes, and candle's backward
 //! of every binary node computes both input gradients, allocates a zero tensor per gradient it
@@ -12,10 +11,14 @@
 //!   (per row of a matrix).
 //! - [`lerp`]: `y = c_h * h + c_x * x` with per-feature coefficient vectors (nGPT's
 //!   `h + a (x - h)` with `c_h = 1 - a`, `c_x = a`; anGPT's `nu(a) (h + a (x - h))`).
+//! - [`swiglu`]: `u * SiLU(z)` on `[u | z]` (all three models; candle's `narrow` backward
+//!   alone builds two zero-padded copies of the full `[.., 2r]` gradient).
 //!
 //! Arithmetic: in f32 for f32/f16/bf16 tensors (f64 for f64), rounded once into the output
 //! dtype. The vector gradients (`sum over rows of dy * x`) are accumulated in f32 (f64) over
 //! fixed blocks of rows, added in block order, so they do not depend on the thread count.
+
+use std::mem::MaybeUninit;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType};
@@ -39,7 +42,10 @@ pub(crate) enum Axis {
 /// `(rows, n)` of `x` viewed as a matrix whose rows run along the last dimension.
 fn rows_n(layout: &Layout) -> Result<(usize, usize)> {
     let n = *layout.dims().last().ok_or_else(|| candle_core::Error::msg("fused op: scalar input"))?;
-    Ok((layout.shape().elem_count() / n.max(1), n))
+    if n == 0 {
+        candle_core::bail!("fused op: empty last dimension in shape {:?}", layout.dims());
+    }
+    Ok((layout.shape().elem_count() / n, n))
 }
 
 fn check_dtypes(what: &str, a: DType, b: DType) -> Result<()> {
@@ -47,6 +53,17 @@ fn check_dtypes(what: &str, a: DType, b: DType) -> Result<()> {
         candle_core::bail!("{what}: dtypes {a:?} and {b:?} differ");
     }
     Ok(())
+}
+
+/// A vector of `len` elements written by `fill` without being zeroed first (an output of an op
+/// that writes every element: zeroing would be one more pass, and fresh pages of the kernel).
+fn filled<T>(len: usize, fill: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<T> {
+    let mut v = Vec::with_capacity(len);
+    fill(&mut v.spare_capacity_mut()[..len]);
+    // SAFETY: every caller's `fill` writes each of the `len` elements (the rows of the output
+    // and the vector gradients, all of them); nothing was read before.
+    unsafe { v.set_len(len) };
+    v
 }
 
 /// Sum over rows of `f(row index, row)` (a vector of length `n`, accumulator type `A`), over
@@ -97,39 +114,41 @@ fn check_scale(axis: Axis, rows: usize, n: usize, s_len: usize) -> Result<()> {
     Ok(())
 }
 
-/// Element `(r, j)` of the scale vector.
-#[inline(always)]
-fn pick(axis: Axis, r: usize, j: usize) -> usize {
-    match axis {
-        Axis::Last => j,
-        Axis::First => r,
-    }
-}
-
 macro_rules! scale_kernels {
     ($acc:ty, $to:ident, $from:ident) => {
-        pub(super) fn fwd<T: Element>(axis: Axis, x: &[T], s: &[T], rows: usize, n: usize) -> Vec<T> {
-            let mut y = vec![T::default(); x.len()];
-            y.par_chunks_mut(n.max(1)).zip(x.par_chunks(n.max(1))).enumerate().for_each(|(r, (yr, xr))| {
-                for (j, (o, &v)) in yr.iter_mut().zip(xr).enumerate() {
-                    *o = T::$from(v.$to() * s[pick(axis, r, j)].$to());
+        /// One output row: `yr[j] = xr[j] * s_j` (`s_j = s[j]` along `Last`, `s[r]` along `First`).
+        #[inline(always)]
+        fn row<T: Element>(axis: Axis, r: usize, xr: &[T], s: &[T], yr: &mut [MaybeUninit<T>]) {
+            match axis {
+                Axis::Last => {
+                    for ((o, &v), &c) in yr.iter_mut().zip(xr).zip(s) {
+                        o.write(T::$from(v.$to() * c.$to()));
+                    }
                 }
-            });
-            let _ = rows;
-            y
+                Axis::First => {
+                    let c = s[r].$to();
+                    for (o, &v) in yr.iter_mut().zip(xr) {
+                        o.write(T::$from(v.$to() * c));
+                    }
+                }
+            }
+        }
+
+        pub(super) fn fwd<T: Element>(axis: Axis, x: &[T], s: &[T], n: usize) -> Vec<T> {
+            filled(x.len(), |y| {
+                y.par_chunks_mut(n).zip(x.par_chunks(n)).enumerate().for_each(|(r, (yr, xr))| row(axis, r, xr, s, yr));
+            })
         }
 
         /// `[dx (rows * n) | ds (s.len(), when wanted)]`.
         pub(super) fn bwd<T: Element>(axis: Axis, want_ds: bool, x: &[T], s: &[T], dy: &[T], rows: usize, n: usize) -> Vec<T> {
             let ds_len = if want_ds { s.len() } else { 0 };
-            let mut out = vec![T::default(); rows * n + ds_len];
-            let (dx, ds) = out.split_at_mut(rows * n);
-            dx.par_chunks_mut(n.max(1)).zip(dy.par_chunks(n.max(1))).enumerate().for_each(|(r, (dxr, dyr))| {
-                for (j, (o, &g)) in dxr.iter_mut().zip(dyr).enumerate() {
-                    *o = T::$from(g.$to() * s[pick(axis, r, j)].$to());
+            filled(rows * n + ds_len, |out| {
+                let (dx, ds) = out.split_at_mut(rows * n);
+                dx.par_chunks_mut(n).zip(dy.par_chunks(n)).enumerate().for_each(|(r, (dxr, gr))| row(axis, r, gr, s, dxr));
+                if !want_ds {
+                    return;
                 }
-            });
-            if want_ds {
                 match axis {
                     Axis::Last => {
                         let sums = column_sums::<$acc>(rows, n, |r, acc| {
@@ -139,7 +158,7 @@ macro_rules! scale_kernels {
                             }
                         });
                         for (o, v) in ds.iter_mut().zip(sums) {
-                            *o = T::$from(v);
+                            o.write(T::$from(v));
                         }
                     }
                     Axis::First => {
@@ -149,12 +168,11 @@ macro_rules! scale_kernels {
                             for (&v, &g) in xr.iter().zip(gr) {
                                 a += g.$to() * v.$to();
                             }
-                            *o = T::$from(a);
+                            o.write(T::$from(a));
                         });
                     }
                 }
-            }
-            out
+            })
         }
     };
 }
@@ -180,7 +198,7 @@ impl CustomOp2 for Scale {
         let out = with_dtype!(xs.dtype(), T => {
             let x = read::<T>("input", xs, xl)?;
             let s = read::<T>("scale", ss, sl)?;
-            let y = if xs.dtype() == DType::F64 { scale64::fwd::<T>(self.axis, &x, &s, rows, n) } else { scale32::fwd::<T>(self.axis, &x, &s, rows, n) };
+            let y = if xs.dtype() == DType::F64 { scale64::fwd::<T>(self.axis, &x, &s, n) } else { scale32::fwd::<T>(self.axis, &x, &s, n) };
             Ok::<_, candle_core::Error>(T::to_cpu_storage_owned(y))
         })?;
         Ok((out, xl.shape().clone()))
@@ -245,14 +263,15 @@ macro_rules! lerp_kernels {
     ($acc:ty, $to:ident, $from:ident) => {
         /// `c` is `[c_h (n) | c_x (n)]`.
         pub(super) fn fwd<T: Element>(h: &[T], x: &[T], c: &[T], n: usize) -> Vec<T> {
-            let (ch, cx) = c.split_at(n);
-            let mut y = vec![T::default(); h.len()];
-            y.par_chunks_mut(n).zip(h.par_chunks(n).zip(x.par_chunks(n))).for_each(|(yr, (hr, xr))| {
-                for j in 0..n {
-                    yr[j] = T::$from(ch[j].$to() * hr[j].$to() + cx[j].$to() * xr[j].$to());
-                }
-            });
-            y
+            let ch: Vec<$acc> = c[..n].iter().map(|v| v.$to()).collect();
+            let cx: Vec<$acc> = c[n..].iter().map(|v| v.$to()).collect();
+            filled(h.len(), |y| {
+                y.par_chunks_mut(n).zip(h.par_chunks(n).zip(x.par_chunks(n))).for_each(|(yr, (hr, xr))| {
+                    for j in 0..n {
+                        yr[j].write(T::$from(ch[j] * hr[j].$to() + cx[j] * xr[j].$to()));
+                    }
+                });
+            })
         }
 
         /// `[dh (rows n) | dx (rows n) | dc_h (n) | dc_x (n), when wanted]`; `c` = `[c_h | c_x]`.
@@ -261,31 +280,31 @@ macro_rules! lerp_kernels {
             let rows = len / n;
             let c: Vec<$acc> = c.iter().map(|&v| v as $acc).collect();
             let (ch, cx) = c.split_at(n);
-            let mut out = vec![T::default(); 2 * len + if want_dc { 2 * n } else { 0 }];
-            let (dh, rest) = out.split_at_mut(len);
-            let (dx, dc) = rest.split_at_mut(len);
-            dh.par_chunks_mut(n).zip(dx.par_chunks_mut(n)).zip(dy.par_chunks(n)).for_each(|((dhr, dxr), gr)| {
-                for j in 0..n {
-                    let g = gr[j].$to();
-                    dhr[j] = T::$from(g * ch[j]);
-                    dxr[j] = T::$from(g * cx[j]);
-                }
-            });
-            if want_dc {
-                let sums = column_sums::<$acc>(rows, 2 * n, |r, acc| {
-                    let (hr, xr, gr) = (&h[r * n..(r + 1) * n], &x[r * n..(r + 1) * n], &dy[r * n..(r + 1) * n]);
-                    let (ah, ax) = acc.split_at_mut(n);
+            filled(2 * len + if want_dc { 2 * n } else { 0 }, |out| {
+                let (dh, rest) = out.split_at_mut(len);
+                let (dx, dc) = rest.split_at_mut(len);
+                dh.par_chunks_mut(n).zip(dx.par_chunks_mut(n)).zip(dy.par_chunks(n)).for_each(|((dhr, dxr), gr)| {
                     for j in 0..n {
                         let g = gr[j].$to();
-                        ah[j] += g * hr[j].$to();
-                        ax[j] += g * xr[j].$to();
+                        dhr[j].write(T::$from(g * ch[j]));
+                        dxr[j].write(T::$from(g * cx[j]));
                     }
                 });
-                for (o, v) in dc.iter_mut().zip(sums) {
-                    *o = T::$from(v);
+                if want_dc {
+                    let sums = column_sums::<$acc>(rows, 2 * n, |r, acc| {
+                        let (hr, xr, gr) = (&h[r * n..(r + 1) * n], &x[r * n..(r + 1) * n], &dy[r * n..(r + 1) * n]);
+                        let (ah, ax) = acc.split_at_mut(n);
+                        for j in 0..n {
+                            let g = gr[j].$to();
+                            ah[j] += g * hr[j].$to();
+                            ax[j] += g * xr[j].$to();
+                        }
+                    });
+                    for (o, v) in dc.iter_mut().zip(sums) {
+                        o.write(T::$from(v));
+                    }
                 }
-            }
-            out
+            })
         }
     };
 }
@@ -373,6 +392,122 @@ pub(crate) fn lerp(h: &Tensor, x: &Tensor, c_h: &Tensor, c_x: &Tensor) -> Result
     h.apply_op3(x, &c, Lerp)
 }
 
+// ---------------------------------------------------------------------------------------------
+// SwiGLU
+
+/// `y = u * SiLU(z)` on `uz = [u | z]` (last dimension `2r`).
+struct SwiGlu;
+
+struct SwiGluBwd;
+
+macro_rules! swiglu_kernels {
+    ($acc:ty, $to:ident, $from:ident) => {
+        #[inline(always)]
+        fn sigmoid(z: $acc) -> $acc {
+            1.0 / (1.0 + (-z).exp())
+        }
+
+        /// `uz` rows of `2r`: output rows of `r`.
+        pub(super) fn fwd<T: Element>(uz: &[T], r: usize) -> Vec<T> {
+            let rows = uz.len() / (2 * r);
+            filled(rows * r, |y| {
+                y.par_chunks_mut(r).zip(uz.par_chunks(2 * r)).for_each(|(yr, ur)| {
+                    let (u, z) = ur.split_at(r);
+                    for j in 0..r {
+                        let zj = z[j].$to();
+                        yr[j].write(T::$from(u[j].$to() * (zj * sigmoid(zj))));
+                    }
+                });
+            })
+        }
+
+        /// `duz` (rows of `2r`): `du = dy SiLU(z)`, `dz = dy u SiLU'(z)`,
+        /// `SiLU'(z) = s (1 + z (1 - s))`, `s = sigmoid(z)`.
+        pub(super) fn bwd<T: Element>(uz: &[T], dy: &[T], r: usize) -> Vec<T> {
+            filled(uz.len(), |out| {
+                out.par_chunks_mut(2 * r).zip(uz.par_chunks(2 * r).zip(dy.par_chunks(r))).for_each(|(dr, (ur, gr))| {
+                    let (du, dz) = dr.split_at_mut(r);
+                    let (u, z) = ur.split_at(r);
+                    for j in 0..r {
+                        let (uj, zj, g) = (u[j].$to(), z[j].$to(), gr[j].$to());
+                        let sg = sigmoid(zj);
+                        du[j].write(T::$from(g * (zj * sg)));
+                        dz[j].write(T::$from(g * uj * (sg * (1.0 + zj * (1.0 - sg)))));
+                    }
+                });
+            })
+        }
+    };
+}
+
+mod swiglu32 {
+    use super::*;
+    swiglu_kernels!(f32, to_f32, from_f32);
+}
+mod swiglu64 {
+    use super::*;
+    swiglu_kernels!(f64, to_f64, from_f64);
+}
+
+/// `r` of a SwiGLU input layout `[.., 2r]`.
+fn swiglu_r(l: &Layout) -> Result<usize> {
+    let (_, two_r) = rows_n(l)?;
+    if two_r % 2 != 0 {
+        candle_core::bail!("swiglu: the last dimension {two_r} of {:?} is odd", l.dims());
+    }
+    Ok(two_r / 2)
+}
+
+impl candle_core::CustomOp1 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "normlab-swiglu"
+    }
+
+    fn cpu_fwd(&self, us: &CpuStorage, ul: &Layout) -> Result<(CpuStorage, Shape)> {
+        let r = swiglu_r(ul)?;
+        let out = with_dtype!(us.dtype(), T => {
+            let x = read::<T>("input", us, ul)?;
+            let y = if us.dtype() == DType::F64 { swiglu64::fwd::<T>(&x, r) } else { swiglu32::fwd::<T>(&x, r) };
+            Ok::<_, candle_core::Error>(T::to_cpu_storage_owned(y))
+        })?;
+        let mut dims = ul.dims().to_vec();
+        *dims.last_mut().expect("rank >= 1") = r;
+        Ok((out, Shape::from(dims)))
+    }
+
+    fn bwd(&self, uz: &Tensor, _res: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(uz.apply_op2_no_bwd(dy, &SwiGluBwd)?.reshape(uz.shape())?))
+    }
+}
+
+impl CustomOp2 for SwiGluBwd {
+    fn name(&self) -> &'static str {
+        "normlab-swiglu-bwd"
+    }
+
+    /// Arguments: uz `[.., 2r]`, dy `[.., r]`.
+    fn cpu_fwd(&self, us: &CpuStorage, ul: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
+        check_dtypes("swiglu backward", us.dtype(), gs.dtype())?;
+        let r = swiglu_r(ul)?;
+        if 2 * gl.shape().elem_count() != ul.shape().elem_count() {
+            candle_core::bail!("swiglu backward: gradient {:?} for input {:?}", gl.dims(), ul.dims());
+        }
+        let out = with_dtype!(us.dtype(), T => {
+            let uz = read::<T>("input", us, ul)?;
+            let g = read::<T>("output gradient", gs, gl)?;
+            let v = if us.dtype() == DType::F64 { swiglu64::bwd::<T>(&uz, &g, r) } else { swiglu32::bwd::<T>(&uz, &g, r) };
+            Ok::<_, candle_core::Error>(T::to_cpu_storage_owned(v))
+        })?;
+        Ok((out, ul.shape().clone()))
+    }
+}
+
+/// SwiGLU on `uz = [u | z]` (last dimension `2r`, NVIDIA/ngpt's `c_fc` layout: u first, the
+/// gate z second): `u * SiLU(z)`, computed in f32 (f64) and rounded once.
+pub(crate) fn swiglu(uz: &Tensor) -> Result<Tensor> {
+    uz.apply_op1(SwiGlu)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +552,15 @@ mod tests {
             for (name, v) in [("dh", &h), ("dx", &x), ("dc_h", &ch), ("dc_x", &cx)] {
                 close(&vals(gf.get(v).unwrap()), &vals(gp.get(v).unwrap()), name);
             }
+
+            // SwiGLU against candle's narrow / silu / mul.
+            let uz = var(wave(b * t * 2 * n, 0.43, 0.3).iter().map(|v| 3.0 * v).collect(), &[b, t, 2 * n], dt);
+            let fused = swiglu(&uz).unwrap();
+            let plain = (uz.narrow(2, 0, n).unwrap() * uz.narrow(2, n, n).unwrap().silu().unwrap()).unwrap();
+            close(&vals(&fused), &vals(&plain), "swiglu");
+            let gf = (fused * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            let gp = (plain * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            close(&vals(gf.get(&uz).unwrap()), &vals(gp.get(&uz).unwrap()), "swiglu duz");
 
             // Per feature, on a strided (transposed) input.
             let m = var(wave(n * 7, 0.5, 0.3), &[n, 7], dt);
@@ -472,5 +616,6 @@ mod tests {
         assert!(scale(&x, &Tensor::zeros(4, DType::F64, &d).unwrap(), Axis::Last).unwrap_err().to_string().contains("F64"));
         let c = Tensor::zeros(4, DType::F32, &d).unwrap();
         assert!(lerp(&x, &Tensor::zeros((4, 3), DType::F32, &d).unwrap(), &c, &c).is_err());
+        assert!(swiglu(&Tensor::zeros((2, 3), DType::F32, &d).unwrap()).unwrap_err().to_string().contains("odd"));
     }
 }

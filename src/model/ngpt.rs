@@ -29,8 +29,9 @@
 //! `nu(|alpha|) = ((1 - a)^2 + a^2)^{-1/2}` (elementwise), the "nu-corrected LERP" ablation.
 //! Implementation details (same functions, fewer passes over the activations): the per-feature
 //! scales s_uv and s_z are folded into the rows of `c_fc` and `lm_head` at use
-//! (`diag(s) W x = s * (W x)`); s_qk, the row scales and the LERP `h + a (x - h) =
-//! (1 - a) h + a x` are fused ops with a one-pass backward (`fused.rs`).
+//! (`diag(s) W x = s * (W x)`); s_qk, which multiplies both q and k, is applied as s_qk^2 to q
+//! alone (the same scores `sum_i s_i^2 q_i k_i`); s_qk^2, the row scales and the LERP
+//! `h + a (x - h) = (1 - a) h + a x` are fused ops with a one-pass backward (`fused.rs`).
 
 use std::sync::Arc;
 
@@ -171,11 +172,12 @@ impl LanguageModel for NGpt {
         let mut probes = Vec::new();
         for l in &self.layers {
             let heads = |w: &Var| -> Result<Tensor> { linear(&h, &cast(w, dt)?)?.reshape((bsz, t, nh, dh)) };
-            // s_qk over the d = H d_h features of every token.
-            let sqk = l.sqk.effective(dt)?;
-            let scaled = |x: Tensor| -> Result<Tensor> { scale(&x.reshape((bsz, t, nh * dh))?, &sqk, ScaleAxis::Last)?.reshape((bsz, t, nh, dh)) };
-            let q = scaled(self.site_h.apply(&rope.apply(&heads(&l.wq)?)?, None, ctx, tel)?)?;
-            let k = scaled(self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx, tel)?)?;
+            // s_qk multiplies q and k, so the scores carry s_qk^2: applied once, to q (over the
+            // d = H d_h features of every token), the same scores with one pass less.
+            let sqk2 = l.sqk.effective(dt)?.sqr()?;
+            let q = self.site_h.apply(&rope.apply(&heads(&l.wq)?)?, None, ctx, tel)?;
+            let q = scale(&q.reshape((bsz, t, nh * dh))?, &sqk2, ScaleAxis::Last)?.reshape((bsz, t, nh, dh))?;
+            let k = self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx, tel)?;
             let v = heads(&l.wv)?;
             let y = causal_attention(&q, &k, &v, ScoreScale::Const((dh as f64).sqrt()))?;
             let h_a = linear(&y, &cast(&l.wo, dt)?)?;

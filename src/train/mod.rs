@@ -10,6 +10,7 @@
 //! - [`step`]: one step (forward, backward, optimizer, projection); [`eval`]: validation.
 //! - [`checkpoint`], [`metrics`], [`totals`], [`files`]: what is written, atomically.
 //! - [`runner`]: the loop.
+//! - [`malloc`]: allocator settings the CLI applies at start-up (candle allocates per op).
 
 pub mod checkpoint;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod grad;
 pub mod load;
 pub mod loss;
 pub mod loss_scale;
+pub mod malloc;
 pub mod metrics;
 pub mod optim;
 pub mod precision;
