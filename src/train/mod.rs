@@ -69,7 +69,9 @@ pub fn run(cfg: &ExperimentConfig, name: &str, out: &Path, opts: &RunOptions) ->
     run_model(model.as_ref(), cfg, name, out, opts)
 }
 
-/// The default name of a run: `arch-norm-precision-sSEED`.
+/// The default name of a run: `arch-norm-precision-sSEED` (`arch-norm-precision-fp8-sSEED` with
+/// `train.fp8_norm_io`).
 pub fn default_run_name(cfg: &ExperimentConfig) -> String {
-    format!("{}-{}-{}-s{}", cfg.model.arch.name(), cfg.model.norm.name(), cfg.train.precision.name(), cfg.train.seed)
+    let fp8 = if cfg.train.fp8_norm_io { "-fp8" } else { "" };
+    format!("{}-{}-{}{fp8}-s{}", cfg.model.arch.name(), cfg.model.norm.name(), cfg.train.precision.name(), cfg.train.seed)
 }
