@@ -3,7 +3,9 @@
 //! meaningful (issue 5 goals: nGPT at most +10% over GPT+, anGPT at most +3%).
 //!
 //! `cargo bench --bench train_step`. The batch is a fixed slice of the bundled corpus. An
-//! architecture that `model::build` cannot build yet is reported and skipped.
+//! architecture that `model::build` cannot build yet is reported and skipped. criterion runs the
+//! three one after the other; `normlab bench train-step` interleaves them (ratios less disturbed
+//! by other load) and reports CPU time as well.
 
 use candle_core::{DType, Device};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -18,6 +20,8 @@ fn model_config(arch: Arch) -> ModelConfig {
 }
 
 fn train_step(c: &mut Criterion) {
+    // As the normlab binary does at start-up (candle allocates per op).
+    normlab::train::malloc::retain_freed_memory();
     let device = Device::Cpu;
     let train = TrainConfig { batch_size: 8, seq_len: 128, precision: Precision::F32, ..Default::default() };
     let corpus = Corpus::load_default().expect("bundled corpus");

@@ -29,6 +29,7 @@ pub mod machine;
 pub mod report;
 pub mod run;
 pub mod timing;
+pub mod train_step;
 pub mod workload;
 
 pub use error::BenchError;

@@ -28,6 +28,80 @@ pub struct BenchArgs {
 pub enum BenchTarget {
     /// Row norms (rms, layer, unit-l2, l1, linf, topk) forward and backward vs candle-nn.
     Norms(NormsArgs),
+    /// One CPU training step of GPT+, nGPT and anGPT, interleaved in one process: medians and
+    /// the ratios to GPT+ (issue 5 goals: nGPT <= 1.10, anGPT <= 1.03).
+    TrainStep(TrainStepArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Builds the three models at the size of benches/train_step.rs (d 128, 4 heads, 4 layers, batch 8 x 128, f32), \
+warms each up, then times training steps round-robin (the first model of a round rotates) so that load from other \
+processes hits all three alike. Prints per model the median, min and max step time and tokens/s, and the ratios of the \
+medians to GPT+'s.\n\n\
+Examples:\n  normlab bench train-step\n  normlab bench train-step --reps 60 --json\n  normlab bench train-step --d-model 256 --layers 2")]
+pub struct TrainStepArgs {
+    /// Print the report as JSON (schema normlab.bench.train_step/1) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Timed steps per model (the median is reported).
+    #[arg(long, default_value_t = 30)]
+    pub reps: usize,
+    /// Untimed steps per model first.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    #[arg(long, default_value_t = 128)]
+    pub d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// Precision mode: f32, bf16_mixed, f16_mixed, pure_bf16, pure_f16.
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
+    /// Architectures, comma-separated (gpt_plus, ngpt, angpt) [default: all three].
+    #[arg(long, value_delimiter = ',')]
+    pub archs: Vec<String>,
+}
+
+fn run_train_step(args: TrainStepArgs) -> Result<(), CliError> {
+    use crate::bench::train_step::{render_text, run, TrainStepConfig};
+    let precision = crate::train::Precision::ALL
+        .into_iter()
+        .find(|p| p.name() == args.precision)
+        .ok_or_else(|| CliError::InvalidArg { flag: "--precision", value: args.precision.clone(), why: "expected f32, bf16_mixed, f16_mixed, pure_bf16 or pure_f16".into() })?;
+    let archs = if args.archs.is_empty() {
+        crate::model::Arch::ALL.to_vec()
+    } else {
+        args.archs
+            .iter()
+            .map(|a| crate::model::Arch::parse(a).map_err(|e| CliError::InvalidArg { flag: "--archs", value: a.clone(), why: e.to_string() }))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let cfg = TrainStepConfig {
+        d_model: args.d_model,
+        n_heads: args.heads,
+        n_layers: args.layers,
+        batch_size: args.batch,
+        seq_len: args.seq,
+        precision,
+        warmup: args.warmup,
+        reps: args.reps,
+        archs,
+        ..Default::default()
+    };
+    let bar = ProgressBar::new(0);
+    let report = run(&cfg, &mut |label| bar.set_message(label.to_string()));
+    bar.finish_and_clear();
+    let report = report?;
+    if args.json {
+        print_json(&report)
+    } else {
+        print(&render_text(&report))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +210,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             why: "the GPU benchmark takes no subcommand: run `normlab bench --device cuda [--json]`".into(),
         }),
         (_, Some(BenchTarget::Norms(a))) => run_norms(a),
+        (_, Some(BenchTarget::TrainStep(a))) => run_train_step(a),
         (device, None) => Err(CliError::InvalidArg {
             flag: "--device",
             value: device.into(),

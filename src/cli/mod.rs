@@ -79,6 +79,8 @@ fn report(e: &CliError) {
 /// Entry point of the binary: parse, run, map the result to the exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // candle allocates per op: keep freed buffers for reuse (see `train::malloc`).
+    crate::train::malloc::retain_freed_memory();
     match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

@@ -16,10 +16,12 @@
 //! normalization layers than the GPT model"); every other normalisation is a constant factor
 //! ([`AngptFactors`]). Because `norm` is scale-invariant (up to eps), `nu_qkv` on q and k and
 //! `nu_p`, `nu_d` before an exact norm do not change the output; they are skipped there (not
-//! multiplied and divided out again) and applied where they matter: `nu_qkv` on v, and all of
-//! them under `NormChoice::Nu`, which drops the two exact block-output norms and relies on
-//! `nu_p`, `nu_d` alone (q and k stay exactly normalised: the scores need them). Probes report
-//! the block outputs with their factors applied, before the exact norm.
+//! multiplied and divided out again). `nu_qkv` on v reaches the attention block's output
+//! linearly (`W_p (A (nu v)) = nu W_p A v`), so it is applied there together with `nu_p`: under
+//! an exact block-output norm it cancels as well. All of them matter under `NormChoice::Nu`,
+//! which drops the two exact block-output norms and relies on `nu_qkv nu_p`, `nu_d` alone (q and
+//! k stay exactly normalised: the scores need them). Probes report the block outputs with their
+//! factors applied, before the exact norm.
 //!
 //! Parameters: the NVIDIA/ngpt names for the matrices (`(out, in)`), `attn_alpha`,
 //! `mlp_alpha`, `sz` (vocab) with the reparametrisation `stored * init / scale`, scale
@@ -38,6 +40,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Result, Tensor, Var};
 
 use crate::model::attention::{causal_attention, ScoreScale};
+use crate::model::fused::{lerp, scale, Axis as ScaleAxis};
 use crate::model::factors::AngptFactors;
 use crate::model::init::Builder;
 use crate::model::layers::{cast, logits_out, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
@@ -73,7 +76,7 @@ pub(crate) struct AnGpt {
     site_h: NormSite,
     /// h_a, h_m (width d): `None` under `Nu`.
     site_d: Option<NormSite>,
-    /// `(2r, 1)` row multipliers of `c_fc`: `nu_uz nu_acf` on u, `g nu_uz` on z (storage dtype).
+    /// `(2r)` row multipliers of `c_fc`: `nu_uz nu_acf` on u, `g nu_uz` on z (storage dtype).
     fc_mult: Tensor,
 }
 
@@ -113,29 +116,30 @@ impl AnGpt {
         let sz = Scaled::new(b.constant("sz", v, scale, ParamGroup::Scale)?, 1.0, scale);
         let f = &factors;
         let mult: Vec<f64> = (0..2 * r).map(|j| if j < r { f.nu_uz * f.nu_acf } else { f.gate_scale * f.nu_uz }).collect();
-        let fc_mult = Tensor::from_vec(mult, (2 * r, 1), device)?.to_dtype(storage)?;
+        let fc_mult = Tensor::from_vec(mult, 2 * r, device)?.to_dtype(storage)?;
         let model = AnGpt { cfg: cfg.clone(), params: b.store, telemetry: Telemetry::new(), factors, wte, layers, lm_head, sz, constraints, site_h, site_d, fc_mult };
         model.project()?;
         Ok(model)
     }
 
     /// `nu(a) (h + a (x - h)) = (nu(a) (1 - a)) h + (nu(a) a) x`, coefficients formed on the
-    /// d-vectors first.
+    /// d-vectors first (in f32, f64 on the f64 path), then one fused op.
     fn lerp(&self, h: &Tensor, x: &Tensor, alpha: &Scaled, dt: DType) -> Result<Tensor> {
         let a = alpha.effective(if dt == DType::F64 { DType::F64 } else { DType::F32 })?;
         let nu = lerp_factor(&a)?;
         let c_h = (a.affine(-1.0, 1.0)? * &nu)?.to_dtype(dt)?;
         let c_x = (a * nu)?.to_dtype(dt)?;
-        h.broadcast_mul(&c_h)? + x.broadcast_mul(&c_x)?
+        lerp(h, x, &c_h, &c_x)
     }
 
-    /// The block output `x` (without its factor `nu`) normalised, or times `nu` under `Nu`;
-    /// also its probe norm (with the factor).
-    fn block_out(&self, x: &Tensor, nu: f64, ctx: &ForwardCtx) -> Result<(Tensor, Option<f64>)> {
-        let probe = if ctx.probes { Some(nu * mean_norm(x)?) } else { None };
+    /// The block output `x` (without its factor `nu`, nor the `extra` factor that was not
+    /// applied upstream) normalised, or times `nu * extra` under `Nu`; also its probe norm (with
+    /// both factors).
+    fn block_out(&self, x: &Tensor, nu: f64, extra: f64, ctx: &ForwardCtx) -> Result<(Tensor, Option<f64>)> {
+        let probe = if ctx.probes { Some(nu * extra * mean_norm(x)?) } else { None };
         let y = match &self.site_d {
-            Some(site) => site.apply(x, None, ctx.accum, &self.telemetry)?,
-            None => x.affine(nu, 0.0)?,
+            Some(site) => site.apply(x, None, ctx, &self.telemetry)?,
+            None => x.affine(nu * extra, 0.0)?,
         };
         Ok((y, probe))
     }
@@ -170,25 +174,27 @@ impl LanguageModel for AnGpt {
         let mut probes = Vec::new();
         for l in &self.layers {
             let heads = |w: &Var| -> Result<Tensor> { linear(&h, &cast(w, dt)?)?.reshape((bsz, t, nh, dh)) };
-            // nu_qkv on q and k is cancelled by the exact norm that follows.
-            let q = self.site_h.apply(&rope.apply(&heads(&l.wq)?)?, None, ctx.accum, tel)?;
-            let k = self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx.accum, tel)?;
-            let v = heads(&l.wv)?.affine(f.nu_qkv, 0.0)?;
+            // nu_qkv on q and k is cancelled by the exact norm that follows; on v it passes
+            // linearly through the attention and W_p into h_a, so it is applied with nu_p (at
+            // the block output: cancelled too by an exact norm there).
+            let q = self.site_h.apply(&rope.apply(&heads(&l.wq)?)?, None, ctx, tel)?;
+            let k = self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx, tel)?;
+            let v = heads(&l.wv)?;
             let g = cast(&l.qk_gain, dt)?;
             let y = causal_attention(&q, &k, &v, ScoreScale::PerHead(&g))?;
-            let (h_a, att_norm) = self.block_out(&linear(&y, &cast(&l.wo, dt)?)?, f.nu_p, ctx)?;
+            let (h_a, att_norm) = self.block_out(&linear(&y, &cast(&l.wo, dt)?)?, f.nu_p, f.nu_qkv, ctx)?;
             h = self.lerp(&h, &h_a, &l.alpha_a, dt)?;
 
             // diag(mult) W_fc: u gets nu_uz nu_acf (linear in u), z gets g nu_uz.
-            let wfc = l.wfc.as_tensor().broadcast_mul(&self.fc_mult)?.to_dtype(dt)?;
-            let (h_m, mlp_norm) = self.block_out(&linear(&swiglu(&linear(&h, &wfc)?)?, &cast(&l.wproj, dt)?)?, f.nu_d, ctx)?;
+            let wfc = scale(l.wfc.as_tensor(), &self.fc_mult, ScaleAxis::First)?.to_dtype(dt)?;
+            let (h_m, mlp_norm) = self.block_out(&linear(&swiglu(&linear(&h, &wfc)?)?, &cast(&l.wproj, dt)?)?, f.nu_d, 1.0, ctx)?;
             h = self.lerp(&h, &h_m, &l.alpha_m, dt)?;
             if let (Some(attn_out_norm), Some(mlp_out_norm)) = (att_norm, mlp_norm) {
                 probes.push(LayerProbe { residual_norm: mean_norm(&h)?, attn_out_norm, mlp_out_norm });
             }
         }
         let sz = self.sz.var.as_tensor().affine(self.sz.factor, 0.0)?;
-        let head = self.lm_head.as_tensor().broadcast_mul(&sz.reshape((self.cfg.vocab, 1))?)?.to_dtype(dt)?;
+        let head = scale(self.lm_head.as_tensor(), &sz, ScaleAxis::First)?.to_dtype(dt)?;
         let logits = logits_out(linear(&h, &head)?)?;
         Ok(ForwardOut { logits, probes })
     }

@@ -1,38 +1,95 @@
 //! Causal softmax attention with the softmax in f32 (or f64 when the model computes in f64).
 //!
-//! `scores = scale * q k^T` per head, `p = softmax` over the keys `s <= t` (a causal mask applied
-//! inside the op, so no `-inf` mask tensor is built), `y = p v`. The softmax is a custom op:
-//! forward with the row maximum subtracted, in f32/f64, rows in parallel (each row is reduced
-//! sequentially, so the result does not depend on the thread count); backward
-//! `dx = p * (dy - sum(dy * p))` from the saved output.
+//! `scores = q k^T` per head, `p = softmax(scale * scores)` over the keys `s <= t` (the causal
+//! mask and the score scale are applied inside the op, so neither a `-inf` mask tensor nor a
+//! scaled copy of the scores is built), `y = p v`. The softmax is a custom op: forward with the
+//! row maximum subtracted, in f32/f64, rows in parallel (each row is reduced sequentially, so the
+//! result does not depend on the thread count); backward in one pass per row from the saved
+//! output: `dz = p * (dy - sum(dy * p))`, `dscores = scale * dz`, and for a learnable per-head
+//! scale `dscale_h = sum over the head's rows of sum(scores * dz)` (row sums added in row order).
+//! The scale is either one constant or a learnable value per head (anGPT's g).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-/// Softmax over the last dimension of `[.., T, T]` with key positions `s > t` masked out.
-struct CausalSoftmax;
+/// Softmax over the last dimension of `[.., H, T, T]` of `scale * x` with key positions `s > t`
+/// masked out (probability 0). `Const` scales by one constant; `PerHead` (as a `CustomOp2`)
+/// takes the scale of head `h` from a second argument `[H]`.
+struct CausalSoftmax {
+    scale: f64,
+}
 
-fn causal_softmax<T: num_traits_float::Float>(src: &[T], t_q: usize, t_k: usize) -> Vec<T> {
+struct CausalSoftmaxPerHead;
+
+/// The backward of either form: arguments `(x, p, dy)` and, per head, the scales.
+struct CausalSoftmaxBwd {
+    /// The scale of each head (one entry for a constant scale).
+    scales: Vec<f64>,
+    heads: usize,
+    /// Also return `dscale` per head (appended after dx).
+    want_dscale: bool,
+}
+
+/// Forward on rows of `t_k` keys; row `r` is query position `r % t_q` of head `(r / t_q) % heads`.
+fn causal_softmax<T: num_traits_float::Float>(src: &[T], t_q: usize, t_k: usize, heads: usize, scales: &[T]) -> Vec<T> {
     let mut dst = vec![T::zero(); src.len()];
     dst.par_chunks_mut(t_k).zip(src.par_chunks(t_k)).enumerate().for_each(|(row, (d, s))| {
         // Query position t sees keys 0..=t (self-attention: t_q == t_k).
         let keep = (row % t_q + 1).min(t_k);
+        let c = scales[if scales.len() == 1 { 0 } else { (row / t_q) % heads }];
         let mut max = T::neg_infinity();
-        for &v in &s[..keep] {
-            if v > max {
-                max = v;
+        for (o, &v) in d[..keep].iter_mut().zip(&s[..keep]) {
+            *o = v * c;
+            if *o > max {
+                max = *o;
             }
         }
         let mut sum = T::zero();
-        for (o, &v) in d[..keep].iter_mut().zip(&s[..keep]) {
-            *o = (v - max).exp();
+        for o in d[..keep].iter_mut() {
+            *o = (*o - max).exp();
             sum = sum + *o;
         }
         let inv = T::one() / sum;
         d[..keep].iter_mut().for_each(|o| *o = *o * inv);
     });
     dst
+}
+
+/// Backward: `[dx (len) | dscale (heads, when wanted)]`.
+fn causal_softmax_bwd<T: num_traits_float::Float>(x: &[T], p: &[T], dy: &[T], t_q: usize, t_k: usize, op: &CausalSoftmaxBwd) -> Vec<T> {
+    let len = x.len();
+    let mut out = vec![T::zero(); len + if op.want_dscale { op.heads } else { 0 }];
+    let (dx, ds) = out.split_at_mut(len);
+    let scales: Vec<T> = op.scales.iter().map(|&c| T::from_f64(c)).collect();
+    // Per row: dx, and sum(x * dz) for the scale's gradient.
+    let row_sums: Vec<T> = dx
+        .par_chunks_mut(t_k)
+        .zip(x.par_chunks(t_k).zip(p.par_chunks(t_k)).zip(dy.par_chunks(t_k)))
+        .enumerate()
+        .map(|(row, (d, ((xr, pr), gr)))| {
+            let keep = (row % t_q + 1).min(t_k);
+            let c = scales[if scales.len() == 1 { 0 } else { (row / t_q) % op.heads }];
+            let mut dot = T::zero();
+            for k in 0..keep {
+                dot = dot + gr[k] * pr[k];
+            }
+            let mut acc = T::zero();
+            for k in 0..keep {
+                let dz = pr[k] * (gr[k] - dot);
+                d[k] = c * dz;
+                acc = acc + xr[k] * dz;
+            }
+            acc
+        })
+        .collect();
+    if op.want_dscale {
+        for (row, v) in row_sums.into_iter().enumerate() {
+            let h = (row / t_q) % op.heads;
+            ds[h] = ds[h] + v;
+        }
+    }
+    out
 }
 
 /// The float operations the softmax needs, for f32 and f64 only.
@@ -42,6 +99,7 @@ mod num_traits_float {
         fn one() -> Self;
         fn neg_infinity() -> Self;
         fn exp(self) -> Self;
+        fn from_f64(v: f64) -> Self;
     }
     macro_rules! imp {
         ($t:ty) => {
@@ -58,11 +116,37 @@ mod num_traits_float {
                 fn exp(self) -> Self {
                     <$t>::exp(self)
                 }
+                fn from_f64(v: f64) -> Self {
+                    v as $t
+                }
             }
         };
     }
     imp!(f32);
     imp!(f64);
+}
+
+/// `(t_q, t_k, heads)` of a `[.., H, T, T]` layout, and its contiguous range.
+fn dims(layout: &Layout, what: &str) -> Result<(usize, usize, usize, usize, usize)> {
+    let d = layout.dims();
+    if d.len() < 3 {
+        candle_core::bail!("causal softmax: needs [.., H, T, T], got {d:?} ({what})");
+    }
+    let (o1, o2) = layout.contiguous_offsets().ok_or_else(|| candle_core::Error::msg(format!("causal softmax: {what} must be contiguous")))?;
+    Ok((d[d.len() - 2], d[d.len() - 1], d[d.len() - 3], o1, o2))
+}
+
+fn forward(storage: &CpuStorage, layout: &Layout, scales: &[f64]) -> Result<(CpuStorage, Shape)> {
+    let (t_q, t_k, heads, o1, o2) = dims(layout, "input")?;
+    let out = match storage.dtype() {
+        DType::F32 => {
+            let sc: Vec<f32> = scales.iter().map(|&c| c as f32).collect();
+            CpuStorage::F32(causal_softmax(&storage.as_slice::<f32>()?[o1..o2], t_q, t_k, heads, &sc))
+        }
+        DType::F64 => CpuStorage::F64(causal_softmax(&storage.as_slice::<f64>()?[o1..o2], t_q, t_k, heads, scales)),
+        dt => candle_core::bail!("causal softmax: statistics run in f32 or f64, got {dt:?}"),
+    };
+    Ok((out, layout.shape().clone()))
 }
 
 impl CustomOp1 for CausalSoftmax {
@@ -71,23 +155,84 @@ impl CustomOp1 for CausalSoftmax {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let dims = layout.dims();
-        if dims.len() < 2 {
-            candle_core::bail!("causal softmax: needs [.., T, T], got {dims:?}");
-        }
-        let (t_q, t_k) = (dims[dims.len() - 2], dims[dims.len() - 1]);
-        let (o1, o2) = layout.contiguous_offsets().ok_or_else(|| candle_core::Error::msg("causal softmax: input must be contiguous"))?;
-        let out = match storage.dtype() {
-            DType::F32 => CpuStorage::F32(causal_softmax(&storage.as_slice::<f32>()?[o1..o2], t_q, t_k)),
-            DType::F64 => CpuStorage::F64(causal_softmax(&storage.as_slice::<f64>()?[o1..o2], t_q, t_k)),
-            dt => candle_core::bail!("causal softmax: statistics run in f32 or f64, got {dt:?}"),
-        };
-        Ok((out, layout.shape().clone()))
+        forward(storage, layout, &[self.scale])
     }
 
-    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let dot = (grad * res)?.sum_keepdim(D::Minus1)?;
-        Ok(Some(res.mul(&grad.broadcast_sub(&dot)?)?))
+    fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let heads = arg.dims()[arg.rank() - 3];
+        let op = CausalSoftmaxBwd { scales: vec![self.scale], heads, want_dscale: false };
+        Ok(Some(arg.apply_op3_no_bwd(res, &grad.contiguous()?, &op)?.reshape(arg.shape())?))
+    }
+}
+
+impl CustomOp2 for CausalSoftmaxPerHead {
+    fn name(&self) -> &'static str {
+        "normlab-causal-softmax-per-head"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let heads = dims(l1, "input")?.2;
+        let scales = head_scales(s2, l2, heads)?;
+        forward(s1, l1, &scales)
+    }
+
+    fn bwd(&self, arg: &Tensor, g: &Tensor, res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let heads = arg.dims()[arg.rank() - 3];
+        let scales = g.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let want = g.track_op();
+        let op = CausalSoftmaxBwd { scales, heads, want_dscale: want };
+        let packed = arg.apply_op3_no_bwd(res, &grad.contiguous()?, &op)?;
+        let len = arg.elem_count();
+        let dx = packed.narrow(0, 0, len)?.reshape(arg.shape())?;
+        let dg = if want { Some(packed.narrow(0, len, heads)?.to_dtype(g.dtype())?) } else { None };
+        Ok((Some(dx), dg))
+    }
+}
+
+/// The per-head scales `[H]` (f32 or f64) as f64.
+fn head_scales(s: &CpuStorage, l: &Layout, heads: usize) -> Result<Vec<f64>> {
+    if l.dims() != [heads] {
+        candle_core::bail!("causal softmax: per-head scale of shape {:?} for {heads} heads", l.dims());
+    }
+    let (o1, o2) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::msg("causal softmax: scale must be contiguous"))?;
+    Ok(match s.dtype() {
+        DType::F32 => s.as_slice::<f32>()?[o1..o2].iter().map(|&v| v as f64).collect(),
+        DType::F64 => s.as_slice::<f64>()?[o1..o2].to_vec(),
+        dt => candle_core::bail!("causal softmax: scale in f32 or f64, got {dt:?}"),
+    })
+}
+
+impl candle_core::CustomOp3 for CausalSoftmaxBwd {
+    fn name(&self) -> &'static str {
+        "normlab-causal-softmax-bwd"
+    }
+
+    /// Arguments: the scores x, the probabilities p, the output gradient dy (contiguous).
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ps: &CpuStorage, pl: &Layout, gs: &CpuStorage, gl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (t_q, t_k, _, x1, x2) = dims(xl, "scores")?;
+        let (_, _, _, p1, p2) = dims(pl, "probabilities")?;
+        let (_, _, _, g1, g2) = dims(gl, "gradient")?;
+        let len = x2 - x1;
+        let out = match (xs.dtype(), ps.dtype(), gs.dtype()) {
+            (DType::F32, DType::F32, DType::F32) => CpuStorage::F32(causal_softmax_bwd(
+                &xs.as_slice::<f32>()?[x1..x2],
+                &ps.as_slice::<f32>()?[p1..p2],
+                &gs.as_slice::<f32>()?[g1..g2],
+                t_q,
+                t_k,
+                self,
+            )),
+            (DType::F64, DType::F64, DType::F64) => CpuStorage::F64(causal_softmax_bwd(
+                &xs.as_slice::<f64>()?[x1..x2],
+                &ps.as_slice::<f64>()?[p1..p2],
+                &gs.as_slice::<f64>()?[g1..g2],
+                t_q,
+                t_k,
+                self,
+            )),
+            dts => candle_core::bail!("causal softmax backward: dtypes {dts:?} (f32 or f64, all the same)"),
+        };
+        Ok((out, Shape::from(len + if self.want_dscale { self.heads } else { 0 })))
     }
 }
 
@@ -109,57 +254,83 @@ pub(crate) fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: ScoreS
     let q = q.transpose(1, 2)?.contiguous()?;
     let k = k.transpose(1, 2)?.contiguous()?;
     let v = v.transpose(1, 2)?.contiguous()?;
-    let scores = q.matmul(&k.t()?)?.to_dtype(stats)?;
-    let scores = match scale {
-        ScoreScale::Const(c) => scores.affine(c, 0.0)?,
-        ScoreScale::PerHead(g) => scores.broadcast_mul(&g.to_dtype(stats)?.reshape((1, h, 1, 1))?)?,
+    let scores = q.matmul(&k.t()?)?.to_dtype(stats)?.contiguous()?;
+    let p = match scale {
+        ScoreScale::Const(c) => scores.apply_op1(CausalSoftmax { scale: c })?,
+        ScoreScale::PerHead(g) => scores.apply_op2(&g.to_dtype(stats)?.contiguous()?, CausalSoftmaxPerHead)?,
     };
-    let p = scores.contiguous()?.apply_op1(CausalSoftmax)?.to_dtype(dtype)?;
-    p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h * d_h))
+    p.to_dtype(dtype)?.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h * d_h))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{Device, Var};
 
     #[test]
     fn causal_softmax_masks_the_future_and_sums_to_one() {
         let (t, h) = (6, 2);
         let v: Vec<f32> = (0..h * t * t).map(|i| (0.9 * i as f32).sin() * 3.0).collect();
         let x = Tensor::from_vec(v.clone(), (1, h, t, t), &Device::Cpu).unwrap();
-        let p: Vec<f32> = x.apply_op1(CausalSoftmax).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        for row in 0..h * t {
-            let q = row % t;
-            let s = &v[row * t..(row + 1) * t];
-            let m = s[..=q].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let z: f64 = s[..=q].iter().map(|&a| ((a - m) as f64).exp()).sum();
-            for k in 0..t {
-                let want = if k <= q { ((s[k] - m) as f64).exp() / z } else { 0.0 };
-                assert!((p[row * t + k] as f64 - want).abs() < 1e-6, "row {row} key {k}");
+        let g = Tensor::new(&[0.5f32, 2.0], &Device::Cpu).unwrap();
+        for per_head in [false, true] {
+            let p = if per_head { x.apply_op2(&g, CausalSoftmaxPerHead) } else { x.apply_op1(CausalSoftmax { scale: 0.5 }) };
+            let p: Vec<f32> = p.unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            for row in 0..h * t {
+                let q = row % t;
+                let c = if per_head && row >= t { 2.0 } else { 0.5 };
+                let s: Vec<f32> = v[row * t..(row + 1) * t].iter().map(|a| a * c).collect();
+                let m = s[..=q].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let z: f64 = s[..=q].iter().map(|&a| ((a - m) as f64).exp()).sum();
+                for k in 0..t {
+                    let want = if k <= q { ((s[k] - m) as f64).exp() / z } else { 0.0 };
+                    assert!((p[row * t + k] as f64 - want).abs() < 1e-6, "per head {per_head}: row {row} key {k}");
+                }
             }
         }
     }
 
+    /// Gradients of the scores and of the per-head scales against central differences (f64),
+    /// for a constant and a per-head scale, two batches, three heads.
     #[test]
     fn causal_softmax_gradient_matches_finite_differences() {
-        let t = 4;
-        let v: Vec<f64> = (0..t * t).map(|i| (1.7 * i as f64).cos()).collect();
-        let w: Vec<f64> = (0..t * t).map(|i| (0.3 * i as f64).sin()).collect();
-        let wt = Tensor::from_vec(w, (t, t), &Device::Cpu).unwrap();
-        let f = |v: &[f64]| -> f64 {
-            let x = Tensor::from_vec(v.to_vec(), (t, t), &Device::Cpu).unwrap();
-            (x.apply_op1(CausalSoftmax).unwrap() * &wt).unwrap().sum_all().unwrap().to_scalar().unwrap()
+        let (b, h, t) = (2, 3, 4);
+        let n = b * h * t * t;
+        let v: Vec<f64> = (0..n).map(|i| (1.7 * i as f64).cos() * 2.0).collect();
+        let w: Vec<f64> = (0..n).map(|i| (0.3 * i as f64).sin()).collect();
+        let wt = Tensor::from_vec(w, (b, h, t, t), &Device::Cpu).unwrap();
+        let gv = vec![0.7f64, -1.3, 2.2];
+        let f = |v: &[f64], g: &[f64], per_head: bool| -> f64 {
+            let x = Tensor::from_vec(v.to_vec(), (b, h, t, t), &Device::Cpu).unwrap();
+            let gt = Tensor::from_vec(g.to_vec(), h, &Device::Cpu).unwrap();
+            let p = if per_head { x.apply_op2(&gt, CausalSoftmaxPerHead).unwrap() } else { x.apply_op1(CausalSoftmax { scale: 1.9 }).unwrap() };
+            (p * &wt).unwrap().sum_all().unwrap().to_scalar().unwrap()
         };
-        let x = candle_core::Var::from_tensor(&Tensor::from_vec(v.clone(), (t, t), &Device::Cpu).unwrap()).unwrap();
-        let g = (x.apply_op1(CausalSoftmax).unwrap() * &wt).unwrap().sum_all().unwrap().backward().unwrap();
-        let g: Vec<f64> = g.get(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        for i in 0..t * t {
-            let (mut a, mut b) = (v.clone(), v.clone());
-            a[i] += 1e-6;
-            b[i] -= 1e-6;
-            let fd = (f(&a) - f(&b)) / 2e-6;
-            assert!((fd - g[i]).abs() < 1e-8, "{i}: {fd} vs {}", g[i]);
+        for per_head in [false, true] {
+            let x = Var::from_tensor(&Tensor::from_vec(v.clone(), (b, h, t, t), &Device::Cpu).unwrap()).unwrap();
+            let g = Var::from_tensor(&Tensor::from_vec(gv.clone(), h, &Device::Cpu).unwrap()).unwrap();
+            let p = if per_head { x.apply_op2(&g, CausalSoftmaxPerHead).unwrap() } else { x.apply_op1(CausalSoftmax { scale: 1.9 }).unwrap() };
+            let grads = (p * &wt).unwrap().sum_all().unwrap().backward().unwrap();
+            let gx: Vec<f64> = grads.get(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            for i in (0..n).step_by(5) {
+                let (mut a, mut c) = (v.clone(), v.clone());
+                a[i] += 1e-6;
+                c[i] -= 1e-6;
+                let fd = (f(&a, &gv, per_head) - f(&c, &gv, per_head)) / 2e-6;
+                assert!((fd - gx[i]).abs() < 1e-8, "per head {per_head}, x[{i}]: {fd} vs {}", gx[i]);
+            }
+            if per_head {
+                let gg: Vec<f64> = grads.get(&g).unwrap().to_vec1().unwrap();
+                for j in 0..h {
+                    let (mut a, mut c) = (gv.clone(), gv.clone());
+                    a[j] += 1e-6;
+                    c[j] -= 1e-6;
+                    let fd = (f(&v, &a, true) - f(&v, &c, true)) / 2e-6;
+                    assert!((fd - gg[j]).abs() < 1e-8, "g[{j}]: {fd} vs {}", gg[j]);
+                }
+            } else {
+                assert!(grads.get(&g).is_none());
+            }
         }
     }
 }

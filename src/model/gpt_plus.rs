@@ -118,26 +118,26 @@ impl LanguageModel for GptPlus {
         let mut h = embedding(tokens, &cast(&self.wte, dt)?)?;
         let mut probes = Vec::new();
         for l in &self.layers {
-            let a = self.site_d.apply(&h, Some(&cast(&l.rms_att, dt)?), ctx.accum, tel)?;
+            let a = self.site_d.apply(&h, Some(&cast(&l.rms_att, dt)?), ctx, tel)?;
             let heads = |w: &Var| -> Result<Tensor> { linear(&a, &cast(w, dt)?)?.reshape((bsz, t, nh, dh)) };
             let mut q = rope.apply(&heads(&l.wq)?)?;
             let mut k = rope.apply(&heads(&l.wk)?)?;
             let v = heads(&l.wv)?;
             if let (Some(site), Some(gq), Some(gk)) = (&self.site_qk, &l.q_gain, &l.k_gain) {
-                q = site.apply(&q, Some(&cast(gq, dt)?), ctx.accum, tel)?;
-                k = site.apply(&k, Some(&cast(gk, dt)?), ctx.accum, tel)?;
+                q = site.apply(&q, Some(&cast(gq, dt)?), ctx, tel)?;
+                k = site.apply(&k, Some(&cast(gk, dt)?), ctx, tel)?;
             }
             let y = causal_attention(&q, &k, &v, ScoreScale::Const(1.0 / (dh as f64).sqrt()))?;
             let att = linear(&y, &cast(&l.wo, dt)?)?;
             h = (h + &att)?;
-            let m = self.site_d.apply(&h, Some(&cast(&l.rms_mlp, dt)?), ctx.accum, tel)?;
+            let m = self.site_d.apply(&h, Some(&cast(&l.rms_mlp, dt)?), ctx, tel)?;
             let mlp = linear(&swiglu(&linear(&m, &cast(&l.wfc, dt)?)?)?, &cast(&l.wproj, dt)?)?;
             h = (h + &mlp)?;
             if ctx.probes {
                 probes.push(LayerProbe { residual_norm: mean_norm(&h)?, attn_out_norm: mean_norm(&att)?, mlp_out_norm: mean_norm(&mlp)? });
             }
         }
-        let hf = self.site_d.apply(&h, Some(&cast(&self.rms_f, dt)?), ctx.accum, tel)?;
+        let hf = self.site_d.apply(&h, Some(&cast(&self.rms_f, dt)?), ctx, tel)?;
         let logits = logits_out(linear(&hf, &cast(&self.lm_head, dt)?)?)?;
         Ok(ForwardOut { logits, probes })
     }

@@ -38,14 +38,10 @@ pub(crate) fn embedding(ids: &Tensor, w: &Tensor) -> Result<Tensor> {
     w.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, d))
 }
 
-/// SwiGLU on one projection `uz` `(.., 2r)`: `u * SiLU(z)`, `u = uz[.., :r]`, `z = uz[.., r:]`.
+/// SwiGLU on one projection `uz` `(.., 2r)`: `u * SiLU(z)`, `u = uz[.., :r]`, `z = uz[.., r:]`
+/// (a fused op, `fused::swiglu`).
 pub(crate) fn swiglu(uz: &Tensor) -> Result<Tensor> {
-    let last = uz.rank() - 1;
-    let two_r = uz.dim(last)?;
-    let r = two_r / 2;
-    let u = uz.narrow(last, 0, r)?;
-    let z = uz.narrow(last, r, r)?;
-    u.mul(&z.silu()?)
+    crate::model::fused::swiglu(uz)
 }
 
 /// A reparametrised vector: the optimizer sees `stored` (initialised to `scale`), the model

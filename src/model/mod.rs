@@ -22,6 +22,7 @@ mod angpt;
 mod attention;
 pub mod config;
 pub mod factors;
+mod fused;
 mod gpt_plus;
 mod init;
 mod layers;
@@ -44,6 +45,16 @@ pub struct ForwardCtx {
     pub accum: Accum,
     /// Measure per-layer norms (costs a few reductions; only at evaluation points).
     pub probes: bool,
+    /// Store every norm site's input and output as fp8 E4M3 (per-tensor power-of-two scale,
+    /// straight-through backward; `norm_site.rs` and `crate::ops::fp8_e4m3_store`).
+    pub fp8_norm_io: bool,
+}
+
+impl ForwardCtx {
+    /// `compute` and `accum`, no probes, no fp8 storage.
+    pub fn new(compute: DType, accum: Accum) -> Self {
+        ForwardCtx { compute, accum, probes: false, fp8_norm_io: false }
+    }
 }
 
 /// Per-layer norms of one forward pass (means over tokens).

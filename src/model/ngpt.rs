@@ -27,8 +27,11 @@
 //! Norm choice: every `Norm` above is a unit site ([`Target::Unit`]); `Nu` keeps the exact norms
 //! on q, k, h_A and h_M and replaces the two post-LERP norms by anGPT's factor
 //! `nu(|alpha|) = ((1 - a)^2 + a^2)^{-1/2}` (elementwise), the "nu-corrected LERP" ablation.
-//! Implementation detail: the per-feature scales s_uv and s_z are folded into the rows of `c_fc`
-//! and `lm_head` at use (`diag(s) W x = s * (W x)`; fewer multiplications, same gradients).
+//! Implementation details (same functions, fewer passes over the activations): the per-feature
+//! scales s_uv and s_z are folded into the rows of `c_fc` and `lm_head` at use
+//! (`diag(s) W x = s * (W x)`); s_qk, which multiplies both q and k, is applied as s_qk^2 to q
+//! alone (the same scores `sum_i s_i^2 q_i k_i`); s_qk^2, the row scales and the LERP
+//! `h + a (x - h) = (1 - a) h + a x` are fused ops with a one-pass backward (`fused.rs`).
 
 use std::sync::Arc;
 
@@ -36,6 +39,7 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use normlab_norms::weight::Axis;
 
 use crate::model::attention::{causal_attention, ScoreScale};
+use crate::model::fused::{lerp, scale, Axis as ScaleAxis};
 use crate::model::init::Builder;
 use crate::model::layers::{cast, logits_out, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
 use crate::model::norm_site::{NormSite, Target};
@@ -70,7 +74,7 @@ pub(crate) struct NGpt {
     site_d: NormSite,
     site_h: NormSite,
     /// Multiplier of `suv` per entry: `[1 (u) | sqrt(d) (v)]`, or `sqrt(d)` everywhere under
-    /// interop; `(2r, 1)` in the storage dtype.
+    /// interop; `(2r)` in the storage dtype.
     suv_mult: Tensor,
 }
 
@@ -115,23 +119,25 @@ impl NGpt {
         let sz = Scaled::new(b.constant("sz", v, base, ParamGroup::Scale)?, 1.0, base);
         let sqrt_d = (d as f64).sqrt();
         let mult: Vec<f64> = (0..2 * r).map(|j| if cfg.ngpt_code_interop || j >= r { sqrt_d } else { 1.0 }).collect();
-        let suv_mult = Tensor::from_vec(mult, (2 * r, 1), device)?.to_dtype(storage)?;
+        let suv_mult = Tensor::from_vec(mult, 2 * r, device)?.to_dtype(storage)?;
         let model = NGpt { cfg: cfg.clone(), params: b.store, telemetry: Telemetry::new(), wte, layers, lm_head, sz, constraints, site_d, site_h, suv_mult };
         // Round-off of the storage dtype: re-project so the stored lines are unit to its precision.
         model.project()?;
         Ok(model)
     }
 
-    /// `Norm(h + a (x_n - h))` with `a = |alpha|` (or, under `Nu`, `nu(a) (h + a (x_n - h))`).
+    /// `Norm(h + a (x_n - h))` with `a = |alpha|` (or, under `Nu`, `nu(a) (h + a (x_n - h))`),
+    /// as the fused `c_h h + c_x x_n` with `c_h = 1 - a`, `c_x = a` (times `nu(a)` under `Nu`).
     fn lerp(&self, h: &Tensor, x_n: &Tensor, alpha: &Scaled, ctx: &ForwardCtx) -> Result<Tensor> {
         let a = alpha.effective(ctx.compute)?.abs()?;
         let site = &self.site_d;
-        let h = if self.cfg.ngpt_code_interop { site.apply(h, None, ctx.accum, &self.telemetry)? } else { h.clone() };
-        let res = (&h + (x_n - &h)?.broadcast_mul(&a)?)?;
+        let h = if self.cfg.ngpt_code_interop { site.apply(h, None, ctx, &self.telemetry)? } else { h.clone() };
+        let c_h = a.affine(-1.0, 1.0)?;
         if self.cfg.norm == NormChoice::Nu {
-            res.broadcast_mul(&lerp_factor(&a)?)
+            let nu = lerp_factor(&a)?;
+            lerp(&h, x_n, &(c_h * &nu)?, &(a * nu)?)
         } else {
-            site.apply(&res, None, ctx.accum, &self.telemetry)
+            site.apply(&lerp(&h, x_n, &c_h, &a)?, None, ctx, &self.telemetry)
         }
     }
 }
@@ -166,27 +172,30 @@ impl LanguageModel for NGpt {
         let mut probes = Vec::new();
         for l in &self.layers {
             let heads = |w: &Var| -> Result<Tensor> { linear(&h, &cast(w, dt)?)?.reshape((bsz, t, nh, dh)) };
-            let sqk = l.sqk.effective(dt)?.reshape((nh, dh))?;
-            let q = self.site_h.apply(&rope.apply(&heads(&l.wq)?)?, None, ctx.accum, tel)?.broadcast_mul(&sqk)?;
-            let k = self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx.accum, tel)?.broadcast_mul(&sqk)?;
+            // s_qk multiplies q and k, so the scores carry s_qk^2: applied once, to q (over the
+            // d = H d_h features of every token), the same scores with one pass less.
+            let sqk2 = l.sqk.effective(dt)?.sqr()?;
+            let q = self.site_h.apply(&rope.apply(&heads(&l.wq)?)?, None, ctx, tel)?;
+            let q = scale(&q.reshape((bsz, t, nh * dh))?, &sqk2, ScaleAxis::Last)?.reshape((bsz, t, nh, dh))?;
+            let k = self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx, tel)?;
             let v = heads(&l.wv)?;
             let y = causal_attention(&q, &k, &v, ScoreScale::Const((dh as f64).sqrt()))?;
             let h_a = linear(&y, &cast(&l.wo, dt)?)?;
-            h = self.lerp(&h, &site_d.apply(&h_a, None, ctx.accum, tel)?, &l.alpha_a, ctx)?;
+            h = self.lerp(&h, &site_d.apply(&h_a, None, ctx, tel)?, &l.alpha_a, ctx)?;
             let att_norm = if ctx.probes { Some(mean_norm(&h_a)?) } else { None };
 
             // diag(s_uv * mult) W_fc, then u * SiLU(v).
-            let suv = l.suv.as_tensor().reshape((l.suv.elem_count(), 1))?.mul(&self.suv_mult)?;
-            let wfc = l.wfc.as_tensor().broadcast_mul(&suv)?.to_dtype(dt)?;
+            let suv = l.suv.as_tensor().mul(&self.suv_mult)?;
+            let wfc = scale(l.wfc.as_tensor(), &suv, ScaleAxis::First)?.to_dtype(dt)?;
             let h_m = linear(&swiglu(&linear(&h, &wfc)?)?, &cast(&l.wproj, dt)?)?;
-            h = self.lerp(&h, &site_d.apply(&h_m, None, ctx.accum, tel)?, &l.alpha_m, ctx)?;
+            h = self.lerp(&h, &site_d.apply(&h_m, None, ctx, tel)?, &l.alpha_m, ctx)?;
             if let Some(att_out_norm) = att_norm {
                 probes.push(LayerProbe { residual_norm: mean_norm(&h)?, attn_out_norm: att_out_norm, mlp_out_norm: mean_norm(&h_m)? });
             }
         }
         // diag(s_z) W_h h.
         let sz = self.sz.var.as_tensor().affine(self.sz.factor, 0.0)?;
-        let head = self.lm_head.as_tensor().broadcast_mul(&sz.reshape((self.cfg.vocab, 1))?)?.to_dtype(dt)?;
+        let head = scale(self.lm_head.as_tensor(), &sz, ScaleAxis::First)?.to_dtype(dt)?;
         let logits = logits_out(linear(&h, &head)?)?;
         Ok(ForwardOut { logits, probes })
     }

@@ -1,12 +1,13 @@
 //! The post-step weight constraints, in place on the `Var`s the optimizer owns.
 //!
-//! Each matrix is read out of its `Var` in its storage dtype, projected by
-//! `normlab_norms::weight` (norms accumulated in f64, one rounding back into storage; exact
-//! guarantees documented there) and written back with `Var::set`, which copies into the same
-//! storage, so every holder of the `Var` (the model's layers, the optimizer) sees the result.
-//! This is the equivalent of NVIDIA/ngpt's `.data.copy_` (outside autograd, moments untouched).
+//! Each matrix is projected by `normlab_norms::weight` (norms accumulated in f64, one rounding
+//! back into storage; exact guarantees documented there) directly in the `Var`'s storage, in
+//! its storage dtype, through a candle in-place op: every holder of the `Var` (the model's
+//! layers, the optimizer) sees the result, and nothing is copied or allocated. This is the
+//! equivalent of NVIDIA/ngpt's `.data.copy_` (outside autograd, moments untouched).
 
-use candle_core::{DType, Result, Tensor, Var};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType, InplaceOp1, Result, Var};
 use normlab_norms::weight::{project_ball, project_unit, Axis, Bound, MatShape, ProjectReport};
 use normlab_norms::{Element, NormError};
 
@@ -33,24 +34,42 @@ fn project_vec<T: Element>(w: &mut [T], shape: MatShape, c: Constraint) -> std::
     }
 }
 
-fn project_typed<T: Element + candle_core::WithDType>(var: &Var, shape: MatShape, c: Constraint) -> Result<ProjectReport> {
-    let mut w = var.as_tensor().flatten_all()?.to_vec1::<T>()?;
-    let report = project_vec(&mut w, shape, c).map_err(wrap)?;
-    if report.projected > 0 {
-        var.set(&Tensor::from_vec(w, var.shape(), var.device())?)?;
+/// The in-place op: the storage of a contiguous 2-D parameter, projected.
+struct ProjectOp {
+    shape: MatShape,
+    constraint: Constraint,
+}
+
+fn slice_of<'a, T>(v: &'a mut [T], layout: &candle_core::Layout) -> Result<&'a mut [T]> {
+    let (o1, o2) = layout.contiguous_offsets().ok_or_else(|| candle_core::Error::msg("projection: the parameter must be contiguous"))?;
+    v.get_mut(o1..o2).ok_or_else(|| candle_core::Error::msg("projection: layout outside the storage"))
+}
+
+impl InplaceOp1 for ProjectOp {
+    fn name(&self) -> &'static str {
+        "normlab-project"
     }
-    Ok(report)
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &candle_core::Layout) -> Result<()> {
+        let (shape, c) = (self.shape, self.constraint);
+        match storage {
+            CpuStorage::F64(v) => project_vec(slice_of(v, layout)?, shape, c),
+            CpuStorage::F32(v) => project_vec(slice_of(v, layout)?, shape, c),
+            CpuStorage::F16(v) => project_vec(slice_of(v, layout)?, shape, c),
+            CpuStorage::BF16(v) => project_vec(slice_of(v, layout)?, shape, c),
+            other => candle_core::bail!("projection: parameters stored as {:?} are not supported (f64, f32, f16, bf16 are)", other.dtype()),
+        }
+        .map(|_| ())
+        .map_err(wrap)
+    }
 }
 
 /// Project the 2-D parameter `var` (`(out, in)` layout) in place.
-pub(crate) fn project(var: &Var, c: Constraint) -> Result<ProjectReport> {
+pub(crate) fn project(var: &Var, c: Constraint) -> Result<()> {
     let (out, inp) = var.dims2()?;
-    let shape = MatShape::new(out, inp);
     match var.dtype() {
-        DType::F64 => project_typed::<f64>(var, shape, c),
-        DType::F32 => project_typed::<f32>(var, shape, c),
-        DType::F16 => project_typed::<half::f16>(var, shape, c),
-        DType::BF16 => project_typed::<half::bf16>(var, shape, c),
+        DType::F64 | DType::F32 | DType::F16 | DType::BF16 => {}
         dt => candle_core::bail!("projection: parameters stored as {dt:?} are not supported (f64, f32, f16, bf16 are)"),
     }
+    var.as_tensor().inplace_op1(&ProjectOp { shape: MatShape::new(out, inp), constraint: c })
 }

@@ -5,6 +5,8 @@
 //! - [`RmsNorm`], [`LayerNorm`], [`UnitNorm`], [`L1Norm`], [`LInfNorm`], [`TopKNorm`] and the
 //!   generic [`Norm`]: `candle_core::Module`s in the style of candle-nn.
 //! - [`Telemetry`]: non-finite and overflow counters of every call, for a training loop.
+//! - [`fp8_e4m3_store`]: a tensor stored as fp8 E4M3 (per-tensor power-of-two scale) and read
+//!   back, with a straight-through gradient (the training option `fp8_norm_io`).
 //!
 //! The forward is a candle custom op calling `normlab_norms::row::forward` (statistics in the
 //! chosen accumulator, f32 by default; one rounding into the output dtype), and saves its
@@ -14,14 +16,16 @@
 //! and silently stop gradients.
 
 mod backward;
-mod error;
+pub(crate) mod error;
 mod forward;
+mod fp8;
 mod functional;
 mod module;
-mod storage;
+pub(crate) mod storage;
 mod telemetry;
 
 pub use error::OpsError;
+pub use fp8::{e4m3_round, e4m3_scale, fp8_e4m3_store, Fp8Counters, E4M3_MAX, E4M3_MIN_NORMAL};
 pub use functional::norm;
 pub use module::{L1Norm, LInfNorm, LayerNorm, Norm, RmsNorm, TopKNorm, UnitNorm};
 pub use telemetry::{Telemetry, TelemetrySnapshot};

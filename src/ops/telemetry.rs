@@ -10,6 +10,8 @@
 use normlab_norms::Counters;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::ops::fp8::Fp8Counters;
+
 #[derive(Debug, Default)]
 struct AtomicCounters {
     nonfinite_in: AtomicU64,
@@ -36,11 +38,33 @@ impl AtomicCounters {
     }
 }
 
+#[derive(Debug, Default)]
+struct AtomicFp8 {
+    values: AtomicU64,
+    underflow: AtomicU64,
+    subnormal: AtomicU64,
+    nonfinite: AtomicU64,
+}
+
+impl AtomicFp8 {
+    fn add(&self, c: Fp8Counters) {
+        self.values.fetch_add(c.values, Ordering::Relaxed);
+        self.underflow.fetch_add(c.underflow, Ordering::Relaxed);
+        self.subnormal.fetch_add(c.subnormal, Ordering::Relaxed);
+        self.nonfinite.fetch_add(c.nonfinite, Ordering::Relaxed);
+    }
+    fn read(&self, take: bool) -> Fp8Counters {
+        let get = |a: &AtomicU64| if take { a.swap(0, Ordering::Relaxed) } else { a.load(Ordering::Relaxed) };
+        Fp8Counters { values: get(&self.values), underflow: get(&self.underflow), subnormal: get(&self.subnormal), nonfinite: get(&self.nonfinite) }
+    }
+}
+
 /// Sums of the counters of every op call that reported here.
 #[derive(Debug, Default)]
 pub struct Telemetry {
     forward: AtomicCounters,
     backward: AtomicCounters,
+    fp8: AtomicFp8,
 }
 
 /// A copy of a [`Telemetry`] at one moment.
@@ -50,6 +74,8 @@ pub struct TelemetrySnapshot {
     pub backward: Counters,
     pub forward_calls: u64,
     pub backward_calls: u64,
+    /// fp8 E4M3 stores (`crate::ops::fp8_e4m3_store`; all zero unless fp8 storage is on).
+    pub fp8: Fp8Counters,
 }
 
 impl TelemetrySnapshot {
@@ -69,6 +95,9 @@ impl Telemetry {
     pub fn record_backward(&self, c: Counters) {
         self.backward.add(c);
     }
+    pub fn record_fp8(&self, c: Fp8Counters) {
+        self.fp8.add(c);
+    }
     /// The sums so far.
     pub fn snapshot(&self) -> TelemetrySnapshot {
         self.read(false)
@@ -81,6 +110,6 @@ impl Telemetry {
     fn read(&self, take: bool) -> TelemetrySnapshot {
         let (forward, forward_calls) = self.forward.read(take);
         let (backward, backward_calls) = self.backward.read(take);
-        TelemetrySnapshot { forward, backward, forward_calls, backward_calls }
+        TelemetrySnapshot { forward, backward, forward_calls, backward_calls, fp8: self.fp8.read(take) }
     }
 }

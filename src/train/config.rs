@@ -82,7 +82,9 @@ pub struct TrainConfig {
     pub precision: Precision,
     /// Where Adam's moments live (see [`OptimizerState`]; matters only in the pure modes).
     pub optimizer_state: OptimizerState,
-    /// Store the norms' inputs/outputs in fp8 (E4M3) as an option.
+    /// Store every norm site's input and output as fp8 E4M3 (per-tensor power-of-two scale
+    /// from the amax, straight-through backward; see `model::norm_site`). Works with every
+    /// precision mode; the counters appear as `counters.fp8` in the step records and summary.
     pub fp8_norm_io: bool,
     /// f16 mixed: initial dynamic loss scale and the clean steps before it doubles.
     pub loss_scale_init: f64,

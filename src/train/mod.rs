@@ -10,6 +10,7 @@
 //! - [`step`]: one step (forward, backward, optimizer, projection); [`eval`]: validation.
 //! - [`checkpoint`], [`metrics`], [`totals`], [`files`]: what is written, atomically.
 //! - [`runner`]: the loop.
+//! - [`malloc`]: allocator settings the CLI applies at start-up (candle allocates per op).
 
 pub mod checkpoint;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod grad;
 pub mod load;
 pub mod loss;
 pub mod loss_scale;
+pub mod malloc;
 pub mod metrics;
 pub mod optim;
 pub mod precision;
@@ -67,7 +69,9 @@ pub fn run(cfg: &ExperimentConfig, name: &str, out: &Path, opts: &RunOptions) ->
     run_model(model.as_ref(), cfg, name, out, opts)
 }
 
-/// The default name of a run: `arch-norm-precision-sSEED`.
+/// The default name of a run: `arch-norm-precision-sSEED` (`arch-norm-precision-fp8-sSEED` with
+/// `train.fp8_norm_io`).
 pub fn default_run_name(cfg: &ExperimentConfig) -> String {
-    format!("{}-{}-{}-s{}", cfg.model.arch.name(), cfg.model.norm.name(), cfg.train.precision.name(), cfg.train.seed)
+    let fp8 = if cfg.train.fp8_norm_io { "-fp8" } else { "" };
+    format!("{}-{}-{}{fp8}-s{}", cfg.model.arch.name(), cfg.model.norm.name(), cfg.train.precision.name(), cfg.train.seed)
 }

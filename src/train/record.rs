@@ -55,6 +55,11 @@ pub struct NormCounters {
     pub nonfinite_in: u64,
     pub acc_overflow: u64,
     pub nonfinite_out: u64,
+    /// With `train.fp8_norm_io`: the E4M3 stores of the norm sites' inputs and outputs (values
+    /// stored, underflows to zero, subnormals, non-finite). Absent from the JSON when all zero
+    /// (every run without fp8 storage), so those lines are unchanged.
+    #[serde(default, skip_serializing_if = "crate::ops::Fp8Counters::is_zero")]
+    pub fp8: crate::ops::Fp8Counters,
 }
 
 /// One optimizer step.

@@ -52,7 +52,7 @@ impl Trainer {
         let scaler = p
             .uses_loss_scaling()
             .then(|| LossScaler::new(train.loss_scale_init, train.loss_scale_growth_interval));
-        let ctx = ForwardCtx { compute: p.compute_dtype(), accum: p.accum(), probes: false };
+        let ctx = ForwardCtx { fp8_norm_io: train.fp8_norm_io, ..ForwardCtx::new(p.compute_dtype(), p.accum()) };
         Ok(Trainer { ctx, optimizer, scaler, grad_clip: train.grad_clip })
     }
 

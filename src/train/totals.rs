@@ -11,6 +11,7 @@ pub fn counters_of(s: &TelemetrySnapshot) -> NormCounters {
         nonfinite_in: s.forward.nonfinite_in + s.backward.nonfinite_in,
         acc_overflow: s.forward.acc_overflow + s.backward.acc_overflow,
         nonfinite_out: s.forward.nonfinite_out + s.backward.nonfinite_out,
+        fp8: s.fp8,
     }
 }
 
@@ -20,6 +21,7 @@ pub fn add_counters(a: NormCounters, b: NormCounters) -> NormCounters {
         nonfinite_in: a.nonfinite_in + b.nonfinite_in,
         acc_overflow: a.acc_overflow + b.acc_overflow,
         nonfinite_out: a.nonfinite_out + b.nonfinite_out,
+        fp8: a.fp8.add(b.fp8),
     }
 }
 
