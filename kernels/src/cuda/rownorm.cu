@@ -769,6 +769,20 @@ __device__ __forceinline__ void finalize(const FinalizeParams& p) {
 #define NL_WARP_THREADS 128
 #define NL_BLOCK_THREADS_MAX 512
 
+// Minimum resident blocks per SM, the second argument of __launch_bounds__. It fixes ptxas's
+// register budget at 65536 / (threads * min) (rounded down to a multiple of 8) and, as found in
+// the SASS, it is what keeps the kernels free of spills: with `.maxntid` alone ptxas 12.9 picks
+// its own occupancy target (32 registers for a 512-thread block, i.e. 4 blocks per SM) and
+// spills the few values that do not fit it (4-16 bytes: a shared-memory address, a loop bound),
+// even though the cap would allow 128. The values keep the occupancy ptxas chose where the code
+// fits it (forward warp 48 registers: 10 blocks of 128; forward block 40: 3 blocks of 512) and
+// give the backward and Top-k the registers they need (backward warp 72, block 64; Top-k's
+// 32-entry register lists up to 128). The compile gate requires zero local memory.
+#define NL_MINB_FWD_WARP(KIND) ((KIND) == nl::TOPK ? 5 : 10)
+#define NL_MINB_FWD_BLOCK(KIND) ((KIND) == nl::TOPK ? 2 : 3)
+#define NL_MINB_BWD_WARP(KIND) ((KIND) == nl::TOPK ? 4 : 7)
+#define NL_MINB_BWD_BLOCK(KIND) ((KIND) == nl::TOPK ? 1 : 2)
+
 #define NL_FOR_EACH_KIND(X, ...)        \
   X(rms, RMS, __VA_ARGS__)              \
   X(layer, LAYER, __VA_ARGS__)          \
@@ -782,16 +796,16 @@ __device__ __forceinline__ void finalize(const FinalizeParams& p) {
   X(bf16, __nv_bfloat16, __VA_ARGS__)
 
 #define NL_ROW_KERNELS_FOR_KIND(name, KIND, tn, T)                                                               \
-  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS) nl_##name##_fwd_##tn##_warp(nl::FwdParams p) {   \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS, NL_MINB_FWD_WARP(nl::KIND)) nl_##name##_fwd_##tn##_warp(nl::FwdParams p) {   \
     nl::fwd<T, nl::KIND, false>(p);                                                                              \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX) nl_##name##_fwd_##tn##_block(nl::FwdParams p) { \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX, NL_MINB_FWD_BLOCK(nl::KIND)) nl_##name##_fwd_##tn##_block(nl::FwdParams p) { \
     nl::fwd<T, nl::KIND, true>(p);                                                                               \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS) nl_##name##_bwd_##tn##_warp(nl::BwdParams p) {   \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS, NL_MINB_BWD_WARP(nl::KIND)) nl_##name##_bwd_##tn##_warp(nl::BwdParams p) {   \
     nl::bwd<T, nl::KIND, false>(p);                                                                              \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX) nl_##name##_bwd_##tn##_block(nl::BwdParams p) { \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX, NL_MINB_BWD_BLOCK(nl::KIND)) nl_##name##_bwd_##tn##_block(nl::BwdParams p) { \
     nl::bwd<T, nl::KIND, true>(p);                                                                               \
   }
 
