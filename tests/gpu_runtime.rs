@@ -14,7 +14,7 @@ use normlab::gpu::cache::{CacheKey, DiskCache, ImageCache, ImageKind, Origin};
 use normlab::gpu::nvrtc;
 use normlab::gpu::GpuError;
 use normlab_kernels::list;
-use normlab_kernels::params::{BwdParams, FinalizeParams, FwdParams};
+use normlab_kernels::params::{BwdParams, FinalizeParams, FwdParams, FwdVarParams};
 use normlab_kernels::sources;
 
 /// Options for `arch` as the runtime builds them, or None (with a notice) without a toolchain.
@@ -67,6 +67,8 @@ fn parameter_structs_match_the_kernels_abi() {
     for (name, (align, size)) in &params {
         let want = if name.starts_with("nl_finalize_") {
             (align_of::<FinalizeParams>(), size_of::<FinalizeParams>())
+        } else if name.contains("_pure_") || name.contains("_e4m3_") {
+            (align_of::<FwdVarParams>(), size_of::<FwdVarParams>())
         } else if name.contains("_fwd_") {
             (align_of::<FwdParams>(), size_of::<FwdParams>())
         } else {

@@ -9,8 +9,10 @@ use normlab_norms::{NormError, NormSpec};
 
 use crate::error::{KernelError, Result};
 use crate::list::{Direction, Storage};
-use crate::params::{BwdParams, FinalizeParams, FwdParams, KernelStats};
-use crate::plan::{plan, Device, LaunchPlan, FINALIZE_THREADS};
+use crate::params::{BwdParams, FinalizeParams, FwdParams, FwdVarParams, KernelStats, RowCounts};
+use crate::plan::{plan, plan_variant, Device, LaunchPlan, FINALIZE_THREADS};
+use crate::list::FwdVariant;
+use normlab_norms::Counters;
 
 extern "C" {
     fn nl_cpu_launch(
@@ -257,6 +259,132 @@ pub fn backward<T: Half16>(
             unsafe { launch_raw(fin, p.finalize_grid, FINALIZE_THREADS, 0, &fp, opts)? };
         }
     }
+    Ok(p)
+}
+
+// ---------------------------------------------------------------- forward variants
+
+/// Checks and the base parameters shared by the forward variants.
+#[allow(clippy::too_many_arguments)]
+fn variant_params<T>(
+    spec: &NormSpec,
+    x: &[T],
+    n: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    y_len: usize,
+    y_ptr: *mut c_void,
+    stats: Option<&mut [KernelStats]>,
+) -> Result<(usize, FwdParams)> {
+    let rows = rows_of(spec, x, n)?;
+    check_len("output", x.len(), y_len)?;
+    if let Some(w) = weight {
+        check_len("weight", n, w.len())?;
+    }
+    if let Some(b) = bias {
+        check_len("bias", n, b.len())?;
+    }
+    let stats_ptr = match stats {
+        Some(s) => {
+            check_len("stats", rows, s.len())?;
+            s.as_mut_ptr()
+        }
+        None => std::ptr::null_mut(),
+    };
+    let f = FwdParams {
+        x: x.as_ptr() as *const c_void,
+        y: y_ptr,
+        weight: opt_ptr(weight),
+        bias: opt_ptr(bias),
+        stats: stats_ptr,
+        rows: rows as i64,
+        n: 0,
+        centred: 0,
+        eps: 0.0,
+        c: 0.0,
+        k: 0,
+        vec_ok: 0,
+    };
+    Ok((rows, f))
+}
+
+fn with_plan(mut f: FwdParams, p: &LaunchPlan, vec_ok: bool) -> FwdParams {
+    f.n = p.n;
+    f.centred = p.centred as i32;
+    f.eps = p.eps;
+    f.c = p.c;
+    f.k = p.k;
+    f.vec_ok = vec_ok as i32;
+    f
+}
+
+/// The pure-half forward on the emulator: `y` with every statistic and output computed in the
+/// storage type (as normlab-norms with `Accum::PureF16` / `Accum::PureBf16`), per-row
+/// statistics and counters; returns the plan and the counters summed over rows.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_pure<T: Half16>(
+    spec: &NormSpec,
+    x: &[T],
+    n: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    y: &mut [T],
+    stats: Option<&mut [KernelStats]>,
+    counts: Option<&mut [RowCounts]>,
+    opts: &EmuOptions,
+) -> Result<(LaunchPlan, Counters)> {
+    let (rows, f) = variant_params(spec, x, n, weight, bias, y.len(), y.as_mut_ptr() as *mut c_void, stats)?;
+    let mut own = Vec::new();
+    let counts = match counts {
+        Some(c) => {
+            check_len("counts", rows, c.len())?;
+            c
+        }
+        None => {
+            own.resize(rows, RowCounts::default());
+            &mut own[..]
+        }
+    };
+    let p = plan_variant(spec, T::STORAGE, FwdVariant::Pure, rows, n, 1.0, &opts.device)?;
+    if rows == 0 {
+        return Ok((p, Counters::default()));
+    }
+    let vec_ok = congruent16(&[x.as_ptr() as usize, y.as_ptr() as usize]);
+    let params = FwdVarParams { f: with_plan(f, &p, vec_ok), counts: counts.as_mut_ptr(), out_scale: 1.0, reserved: 0 };
+    // SAFETY: lengths were checked against the shape the plan launches over.
+    unsafe { launch_raw(&p.kernel, p.grid, p.block, p.smem, &params, opts)? };
+    Ok((p, RowCounts::total(counts)))
+}
+
+/// Whether the fp8 output rows can use 8-byte vectors where the 16-bit input rows use 16-byte
+/// ones: element addresses x / 2 and y congruent modulo 8.
+pub fn e4m3_vec_ok(x_addr: usize, y_addr: usize) -> bool {
+    x_addr % 2 == 0 && (x_addr / 2) % 8 == y_addr % 8
+}
+
+/// The forward with fp8 E4M3 output on the emulator: `y[i] = round_e4m3(y_f32[i] * out_scale)`
+/// (saturating at +-448, NaN for non-finite values, as normlab-norms stores `F8E4M3`).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_e4m3<T: Half16>(
+    spec: &NormSpec,
+    x: &[T],
+    n: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    out_scale: f32,
+    y: &mut [float8::F8E4M3],
+    stats: Option<&mut [KernelStats]>,
+    opts: &EmuOptions,
+) -> Result<LaunchPlan> {
+    let (rows, f) = variant_params(spec, x, n, weight, bias, y.len(), y.as_mut_ptr() as *mut c_void, stats)?;
+    let p = plan_variant(spec, T::STORAGE, FwdVariant::E4M3, rows, n, out_scale, &opts.device)?;
+    if rows == 0 {
+        return Ok(p);
+    }
+    let vec_ok = e4m3_vec_ok(x.as_ptr() as usize, y.as_ptr() as usize);
+    let params = FwdVarParams { f: with_plan(f, &p, vec_ok), counts: std::ptr::null_mut(), out_scale, reserved: 0 };
+    // SAFETY: lengths were checked against the shape the plan launches over; F8E4M3 is one byte.
+    unsafe { launch_raw(&p.kernel, p.grid, p.block, p.smem, &params, opts)? };
     Ok(p)
 }
 

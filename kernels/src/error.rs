@@ -17,6 +17,8 @@ pub enum KernelError {
     TooLarge { what: &'static str, value: usize, bits: u32 },
     #[error("eps = {eps} is not representable in fp32")]
     EpsNotF32 { eps: f64 },
+    #[error("fp8 output scale = {scale} must be finite and positive")]
+    InvalidScale { scale: f32 },
     #[error("unknown kernel '{0}'")]
     UnknownKernel(String),
 }

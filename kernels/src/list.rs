@@ -1,5 +1,6 @@
 //! Every kernel entry point. The names follow `src/cuda/rownorm.cu`'s X-macro:
-//! `nl_<kind>_<fwd|bwd>_<f16|bf16>_<warp|block>` and `nl_finalize_<f16|bf16>`. The tests check
+//! `nl_<kind>_<fwd|bwd>_<f16|bf16>_<warp|block>`, the forward variants
+//! `nl_<kind>_fwd_<f16|bf16>_<pure|e4m3>_<warp|block>` and `nl_finalize_<f16|bf16>`. The tests check
 //! that this list, the CPU launcher's table and NVRTC's PTX entries are the same set.
 
 use normlab_norms::{DType, NormKind};
@@ -110,9 +111,64 @@ pub fn row_kernels() -> Vec<KernelId> {
     v
 }
 
-/// Every entry point name (row kernels and finalize kernels), sorted.
+/// Forward variants of the row kernels (`nl::FwdVarParams`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FwdVariant {
+    /// Statistics and outputs computed in the storage half type (normlab-norms `Accum::PureF16`
+    /// for fp16 storage, `Accum::PureBf16` for bf16), with per-row counters.
+    Pure,
+    /// fp8 E4M3 output: `round_e4m3(y_f32 * scale)`.
+    E4M3,
+}
+
+impl FwdVariant {
+    pub const ALL: [FwdVariant; 2] = [FwdVariant::Pure, FwdVariant::E4M3];
+    pub fn name(self) -> &'static str {
+        match self {
+            FwdVariant::Pure => "pure",
+            FwdVariant::E4M3 => "e4m3",
+        }
+    }
+}
+
+/// One forward-variant kernel: `nl_<kind>_fwd_<f16|bf16>_<pure|e4m3>_<warp|block>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VariantId {
+    pub kind: &'static str,
+    pub storage: Storage,
+    pub variant: FwdVariant,
+    pub mapping: Mapping,
+}
+
+impl VariantId {
+    pub fn name(&self) -> String {
+        let m = match self.mapping {
+            Mapping::Warp => "warp",
+            Mapping::Block => "block",
+        };
+        format!("nl_{}_fwd_{}_{}_{}", self.kind, self.storage.name(), self.variant.name(), m)
+    }
+}
+
+/// Every forward-variant kernel.
+pub fn variant_kernels() -> Vec<VariantId> {
+    let mut v = Vec::new();
+    for storage in Storage::ALL {
+        for kind in KINDS {
+            for variant in FwdVariant::ALL {
+                for mapping in [Mapping::Warp, Mapping::Block] {
+                    v.push(VariantId { kind, storage, variant, mapping });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Every entry point name (row kernels, forward variants and finalize kernels), sorted.
 pub fn all_names() -> Vec<String> {
     let mut v: Vec<String> = row_kernels().iter().map(|k| k.name()).collect();
+    v.extend(variant_kernels().iter().map(|k| k.name()));
     v.extend(Storage::ALL.iter().map(|&s| finalize_name(s)));
     v.sort();
     v

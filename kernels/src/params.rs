@@ -1,7 +1,7 @@
 //! Kernel parameter structs (`#[repr(C)]`, the same layout as `nl::FwdParams` etc. in
 //! rownorm.cu) and the per-row statistics the forward saves.
 
-use normlab_norms::RowStats;
+use normlab_norms::{Counters, RowStats};
 use std::ffi::c_void;
 
 /// fp32 statistics of one row as saved by the forward kernel: the same meaning as
@@ -85,4 +85,43 @@ pub struct FinalizeParams {
     pub out: *mut c_void,
     pub nparts: i32,
     pub n: i32,
+}
+
+/// Per-row counters of the pure-half forward (`nl::RowCounts`), with the meaning of
+/// normlab-norms' [`Counters`]: non-finite inputs, 1 if the statistics overflowed although every
+/// input was finite, non-finite outputs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowCounts {
+    pub nonfinite_in: u32,
+    pub acc_overflow: u32,
+    pub nonfinite_out: u32,
+    pub reserved: u32,
+}
+
+impl RowCounts {
+    pub fn to_counters(&self) -> Counters {
+        Counters {
+            nonfinite_in: self.nonfinite_in as u64,
+            acc_overflow: self.acc_overflow as u64,
+            nonfinite_out: self.nonfinite_out as u64,
+        }
+    }
+    /// The sum over rows (integer adds: exact and order-free).
+    pub fn total(rows: &[RowCounts]) -> Counters {
+        rows.iter().map(RowCounts::to_counters).sum()
+    }
+}
+
+/// Parameters of the forward variants (`nl::FwdVarParams`): pure-half accumulation and fp8
+/// E4M3 output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FwdVarParams {
+    pub f: FwdParams,
+    /// Pure variant: one [`RowCounts`] per row, or null.
+    pub counts: *mut RowCounts,
+    /// E4M3 variant: `y = round_e4m3(y_f32 * out_scale)`.
+    pub out_scale: f32,
+    pub reserved: i32,
 }

@@ -17,7 +17,7 @@
 use normlab_norms::{NormKind, NormSpec};
 
 use crate::error::{KernelError, Result};
-use crate::list::{finalize_name, kind_name, Direction, KernelId, Mapping, Storage};
+use crate::list::{finalize_name, kind_name, Direction, FwdVariant, KernelId, Mapping, Storage, VariantId};
 
 /// Largest k of the register top-k (`nl::TOPK_MAX`). Above it the plan is an error.
 pub const TOPK_MAX: usize = 32;
@@ -139,4 +139,46 @@ pub fn plan(
         finalize,
         finalize_grid: n.div_ceil(FINALIZE_THREADS as usize).min(65535) as u32,
     })
+}
+
+/// Plan a forward-variant launch (`nl::FwdVarParams`): the forward's plan (same mapping, grid
+/// and shared memory) with the variant's kernel.
+///
+/// - `Pure`: `eps` and `c` are rounded to the storage type here, exactly as normlab-norms'
+///   pure accumulators round them (`PureF16::from_f64` = `half::f16::from_f64`, `PureBf16` =
+///   `half::bf16::from_f64`), so that the kernel starts from the same values as the CPU path.
+/// - `E4M3`: `out_scale` must be finite and positive ([`KernelError::InvalidScale`]).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_variant(
+    spec: &NormSpec,
+    storage: Storage,
+    variant: FwdVariant,
+    rows: usize,
+    n: usize,
+    out_scale: f32,
+    device: &Device,
+) -> Result<LaunchPlan> {
+    let mut p = plan(spec, storage, Direction::Forward, rows, n, false, false, device)?;
+    match variant {
+        FwdVariant::Pure => {
+            let c = spec.scale_constant(n)?;
+            p.eps = round_to(storage, spec.eps);
+            p.c = round_to(storage, c);
+        }
+        FwdVariant::E4M3 => {
+            if !(out_scale.is_finite() && out_scale > 0.0) {
+                return Err(KernelError::InvalidScale { scale: out_scale });
+            }
+        }
+    }
+    p.kernel = VariantId { kind: kind_name(spec.kind), storage, variant, mapping: p.mapping }.name();
+    Ok(p)
+}
+
+/// `v` rounded to the storage type as normlab-norms' pure accumulators round constants, widened.
+pub fn round_to(storage: Storage, v: f64) -> f32 {
+    match storage {
+        Storage::F16 => half::f16::from_f64(v).to_f32(),
+        Storage::BF16 => half::bf16::from_f64(v).to_f32(),
+    }
 }

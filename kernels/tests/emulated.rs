@@ -343,7 +343,7 @@ fn weight_gradients_are_bitwise_deterministic() {
 #[test]
 fn kernel_list_matches_cpu_launcher() {
     assert_eq!(cpu::kernel_names(), normlab_kernels::list::all_names());
-    assert_eq!(normlab_kernels::list::all_names().len(), 6 * 2 * 2 * 2 + 2);
+    assert_eq!(normlab_kernels::list::all_names().len(), 6 * 2 * 2 * 2 + 2 + normlab_kernels::list::variant_kernels().len());
 }
 
 #[test]

@@ -34,10 +34,10 @@ pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
     use indicatif::{ProgressBar, ProgressStyle};
 
     use crate::cli::output::{print, print_json};
-    use crate::gpu::check::{cases, render, run};
+    use crate::gpu::check::{cases, render, run, variant_cases};
     use crate::gpu::GpuError;
 
-    let bar = ProgressBar::new(cases(args.quick).len() as u64);
+    let bar = ProgressBar::new((cases(args.quick).len() + variant_cases(args.quick).len()) as u64);
     bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let report = run(args.gpu, args.quick, &mut |i, _, label| {
         bar.set_position(i as u64);

@@ -12,7 +12,8 @@
 use std::ffi::c_void;
 
 use cudarc::driver::DeviceRepr;
-use normlab_kernels::params::{BwdParams, FinalizeParams, FwdParams, KernelStats};
+use normlab_kernels::list::FwdVariant;
+use normlab_kernels::params::{BwdParams, FinalizeParams, FwdParams, FwdVarParams, KernelStats, RowCounts};
 use normlab_kernels::LaunchPlan;
 
 /// A device address (`CUdeviceptr`).
@@ -28,6 +29,7 @@ pub struct ParamArg<P: Copy>(pub P);
 unsafe impl DeviceRepr for ParamArg<FwdParams> {}
 unsafe impl DeviceRepr for ParamArg<BwdParams> {}
 unsafe impl DeviceRepr for ParamArg<FinalizeParams> {}
+unsafe impl DeviceRepr for ParamArg<FwdVarParams> {}
 
 /// Buffers of a forward launch over `rows` rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +86,17 @@ pub fn fwd_params(plan: &LaunchPlan, b: &FwdBuffers) -> FwdParams {
         k: plan.k,
         vec_ok: congruent16(&[b.x, b.y]) as i32,
     }
+}
+
+/// Parameters of a forward variant. `counts` (pure: one 16-byte `RowCounts` per row) may be
+/// absent. The fp8 output rows (`E4M3`) are one byte per element: the 8-byte vector path needs
+/// x / 2 and y congruent modulo 8 (`normlab_kernels::cpu::e4m3_vec_ok`).
+pub fn fwd_var_params(plan: &LaunchPlan, b: &FwdBuffers, variant: FwdVariant, counts: Option<DevPtr>, out_scale: f32) -> FwdVarParams {
+    let mut f = fwd_params(plan, b);
+    if variant == FwdVariant::E4M3 {
+        f.vec_ok = normlab_kernels::cpu::e4m3_vec_ok(b.x as usize, b.y as usize) as i32;
+    }
+    FwdVarParams { f, counts: counts.map_or(std::ptr::null_mut(), |a| a as usize as *mut RowCounts), out_scale, reserved: 0 }
 }
 
 pub fn bwd_params(plan: &LaunchPlan, b: &BwdBuffers) -> BwdParams {
@@ -146,6 +159,23 @@ mod tests {
     }
 
     #[test]
+    fn variant_fields_and_fp8_vector_condition() {
+        use normlab_kernels::plan::plan_variant;
+        let spec = NormSpec::rms(1e-6);
+        let p = plan_variant(&spec, Storage::F16, FwdVariant::E4M3, 4, 256, 2.5, &Device::H100).unwrap();
+        assert_eq!(p.kernel, "nl_rms_fwd_f16_e4m3_warp");
+        // x at 32 (element address 16), y at 8: congruent modulo 8 -> vectors; y at 12: not.
+        let b = FwdBuffers { rows: 4, x: 32, y: 8, weight: None, bias: None, stats: None };
+        let v = fwd_var_params(&p, &b, FwdVariant::E4M3, None, 2.5);
+        assert_eq!((v.f.vec_ok, v.out_scale, v.counts.is_null()), (1, 2.5, true));
+        assert_eq!(fwd_var_params(&p, &FwdBuffers { y: 12, ..b }, FwdVariant::E4M3, None, 2.5).f.vec_ok, 0);
+        let q = plan_variant(&spec, Storage::BF16, FwdVariant::Pure, 4, 2048, 1.0, &Device::H100).unwrap();
+        assert_eq!(q.kernel, "nl_rms_fwd_bf16_pure_block");
+        let v = fwd_var_params(&q, &FwdBuffers { y: 48, ..b }, FwdVariant::Pure, Some(0x100), 1.0);
+        assert_eq!((v.f.vec_ok, v.counts as usize, v.f.eps), (1, 0x100, half::bf16::from_f64(1e-6).to_f32()));
+    }
+
+    #[test]
     fn layouts_are_those_of_the_cuda_structs() {
         use std::mem::{align_of, offset_of, size_of};
         // nl::FwdParams: 5 pointers, i64 rows, then int n, int centred, float eps, float c, int k, int vec_ok.
@@ -157,5 +187,9 @@ mod tests {
         assert_eq!((size_of::<FinalizeParams>(), offset_of!(FinalizeParams, nparts)), (24, 16));
         assert_eq!(size_of::<KernelStats>(), 16);
         assert_eq!(size_of::<ParamArg<FwdParams>>(), size_of::<FwdParams>());
+        // nl::FwdVarParams: FwdParams, RowCounts* counts, float out_scale, int reserved.
+        assert_eq!((size_of::<FwdVarParams>(), align_of::<FwdVarParams>()), (88, 8));
+        assert_eq!((offset_of!(FwdVarParams, counts), offset_of!(FwdVarParams, out_scale)), (72, 80));
+        assert_eq!(size_of::<RowCounts>(), 16);
     }
 }

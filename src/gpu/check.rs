@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::{bf16, f16};
-use normlab_kernels::list::Storage;
-use normlab_norms::{row, Accum, DType, NormKind, NormSpec, RowStats};
+use normlab_kernels::list::{FwdVariant, Storage};
+use normlab_kernels::params::RowCounts;
+use normlab_norms::{row, Accum, Counters, DType, Element, NormKind, NormSpec, RowStats};
 
 use crate::gpu::device::{open, DeviceInfo};
 use crate::gpu::error::{GpuError, Result};
@@ -74,6 +75,31 @@ pub struct CaseCheck {
     pub pass: bool,
 }
 
+/// One checked forward-variant case.
+///
+/// - `pure`: the GPU's pure-half forward against normlab-norms' CPU path with the pure
+///   accumulator of the storage type (`Accum::PureF16` / `PureBf16`): the same operations in the
+///   same order, so `mismatches` (outputs whose bits differ; NaN = NaN) must be 0 and the summed
+///   counters equal. `scale` is the data's standard deviation (60: sums of squares overflow fp16).
+/// - `e4m3`: fp8 output `round_e4m3(y * scale)` against the f64 reference times `scale`, within
+///   `BOUND_ULP` ulp of E4M3 (`max_ulp`), +-448 where the reference saturates.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct VariantCheck {
+    pub variant: String,
+    pub kind: String,
+    pub dtype: String,
+    pub rows: usize,
+    pub n: usize,
+    pub affine: bool,
+    pub scale: f32,
+    pub kernel: String,
+    pub max_ulp: Option<f64>,
+    pub mismatches: Option<usize>,
+    pub counters_gpu: Option<Counters>,
+    pub counters_cpu: Option<Counters>,
+    pub pass: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct CheckReport {
     pub schema: String,
@@ -82,28 +108,26 @@ pub struct CheckReport {
     pub bound_ulp: f64,
     pub bounds: String,
     pub cases: Vec<CaseCheck>,
+    /// The forward variants (pure-half, fp8 output).
+    pub variants: Vec<VariantCheck>,
+    /// Cases plus variant cases.
     pub total: usize,
     pub failed: usize,
 }
 
 /// 16-bit storage with its bit pattern (how buffers travel to the device).
-trait Half16: Copy + Default {
+trait Half16: Copy + Default + Element {
     const STORAGE: Storage;
     const DT: DType;
-    fn from_f64(v: f64) -> Self;
-    fn to_f64(self) -> f64;
+    /// normlab-norms' pure accumulator of this storage type.
+    const PURE: Accum;
     fn to_bits(self) -> u16;
     fn from_bits(b: u16) -> Self;
 }
 impl Half16 for f16 {
     const STORAGE: Storage = Storage::F16;
     const DT: DType = DType::F16;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
+    const PURE: Accum = Accum::PureF16;
     fn to_bits(self) -> u16 {
         f16::to_bits(self)
     }
@@ -114,12 +138,7 @@ impl Half16 for f16 {
 impl Half16 for bf16 {
     const STORAGE: Storage = Storage::BF16;
     const DT: DType = DType::BF16;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
+    const PURE: Accum = Accum::PureBf16;
     fn to_bits(self) -> u16 {
         bf16::to_bits(self)
     }
@@ -298,6 +317,134 @@ fn check_case<T: Half16>(s: &Session, spec: &NormSpec, rows: usize, n: usize, af
     })
 }
 
+/// A pure-half forward on the GPU against the CPU pure path (bitwise) and its counters.
+fn check_pure_case<T: Half16>(s: &Session, spec: &NormSpec, rows: usize, n: usize, affine: bool, scale: f32, seed: u64) -> Result<VariantCheck> {
+    let mut rng = Rng(seed);
+    let len = rows * n;
+    let x: Vec<T> = rng.vec(len, 0.1, scale as f64);
+    let w: Option<Vec<T>> = affine.then(|| rng.vec(n, 1.0, 0.5));
+    let b: Option<Vec<T>> = affine.then(|| rng.vec(n, 0.0, 0.5));
+    let dx_ = s.upload(&x)?;
+    let dw_ = w.as_deref().map(|w| s.upload(w)).transpose()?;
+    let db_ = b.as_deref().map(|b| s.upload(b)).transpose()?;
+    let mut dy_ = s.zeros(len)?;
+    let mut dcounts = s.stream.alloc_zeros::<u32>((rows * 4).max(1)).map_err(GpuError::driver("cuMemAlloc"))?;
+    let st = &s.stream;
+    let (xa, _g1) = dx_.device_ptr(st);
+    let wa = dw_.as_ref().map(|w| w.device_ptr(st));
+    let ba = db_.as_ref().map(|b| b.device_ptr(st));
+    let (ya, _g2) = dy_.device_ptr_mut(st);
+    let (ca, _g3) = dcounts.device_ptr_mut(st);
+    let fb = FwdBuffers { rows, x: xa, y: ya, weight: wa.as_ref().map(|(a, _)| *a), bias: ba.as_ref().map(|(a, _)| *a), stats: None };
+    // SAFETY: every buffer was allocated above for this shape and lives until the copies back.
+    let p = unsafe { s.kernels.forward_variant(st, spec, T::STORAGE, FwdVariant::Pure, n, &fb, Some(ca), 1.0)? };
+    drop((_g1, _g2, _g3, wa, ba));
+    st.synchronize().map_err(GpuError::driver("cuStreamSynchronize"))?;
+    let y_gpu = s.download::<T>(&dy_)?;
+    let c = st.clone_dtoh(&dcounts).map_err(GpuError::driver("cuMemcpyDtoH"))?;
+    let gpu_counts: Counters = (0..rows)
+        .map(|r| RowCounts { nonfinite_in: c[4 * r], acc_overflow: c[4 * r + 1], nonfinite_out: c[4 * r + 2], reserved: 0 }.to_counters())
+        .sum();
+    let mut y_cpu = vec![T::default(); len];
+    let cpu_counts = row::forward(spec, T::PURE, &x, n, w.as_deref(), b.as_deref(), &mut y_cpu, None)?;
+    let mismatches = y_gpu
+        .iter()
+        .zip(&y_cpu)
+        .filter(|(g, c)| {
+            let c = Element::to_f64(**c);
+            !((g.is_nan() && c.is_nan()) || g.to_bits() == c.to_bits())
+        })
+        .count();
+    Ok(VariantCheck {
+        variant: "pure".into(),
+        kind: label(spec),
+        dtype: T::STORAGE.name().into(),
+        rows,
+        n,
+        affine,
+        scale,
+        kernel: p.kernel,
+        max_ulp: None,
+        mismatches: Some(mismatches),
+        counters_gpu: Some(gpu_counts),
+        counters_cpu: Some(cpu_counts),
+        pass: mismatches == 0 && gpu_counts == cpu_counts,
+    })
+}
+
+/// An fp8-output forward on the GPU against the f64 reference times the scale.
+fn check_e4m3_case<T: Half16>(s: &Session, spec: &NormSpec, rows: usize, n: usize, affine: bool, scale: f32, seed: u64) -> Result<VariantCheck> {
+    let mut rng = Rng(seed);
+    let len = rows * n;
+    let x: Vec<T> = rng.vec(len, 0.1, 1.0);
+    let w: Option<Vec<T>> = affine.then(|| rng.vec(n, 1.0, 0.5));
+    let dx_ = s.upload(&x)?;
+    let dw_ = w.as_deref().map(|w| s.upload(w)).transpose()?;
+    let mut dy_ = s.stream.alloc_zeros::<u8>(len.max(1)).map_err(GpuError::driver("cuMemAlloc"))?;
+    let st = &s.stream;
+    let (xa, _g1) = dx_.device_ptr(st);
+    let wa = dw_.as_ref().map(|w| w.device_ptr(st));
+    let (ya, _g2) = dy_.device_ptr_mut(st);
+    let fb = FwdBuffers { rows, x: xa, y: ya, weight: wa.as_ref().map(|(a, _)| *a), bias: None, stats: None };
+    // SAFETY: as above; y holds rows * n bytes.
+    let p = unsafe { s.kernels.forward_variant(st, spec, T::STORAGE, FwdVariant::E4M3, n, &fb, None, scale)? };
+    drop((_g1, _g2, wa));
+    st.synchronize().map_err(GpuError::driver("cuStreamSynchronize"))?;
+    let y_gpu: Vec<f64> = st
+        .clone_dtoh(&dy_)
+        .map_err(GpuError::driver("cuMemcpyDtoH"))?
+        .into_iter()
+        .map(|b| normlab_norms::F8E4M3::from_bits(b).to_f64())
+        .collect();
+    let (x64, w64) = (to64(&x), w.as_deref().map(to64));
+    let mut y_ref = vec![0.0; len];
+    row::forward(spec, Accum::F64, &x64, n, w64.as_deref(), None, &mut y_ref, None)?;
+    y_ref.iter_mut().for_each(|v| *v *= scale as f64);
+    let e = max_ulp_error(DType::F8E4M3, &y_gpu, &y_ref, &|_| 0.0);
+    Ok(VariantCheck {
+        variant: "e4m3".into(),
+        kind: label(spec),
+        dtype: T::STORAGE.name().into(),
+        rows,
+        n,
+        affine,
+        scale,
+        kernel: p.kernel,
+        max_ulp: Some(e.max_ulp),
+        mismatches: None,
+        counters_gpu: None,
+        counters_cpu: None,
+        pass: e.max_ulp <= BOUND_ULP,
+    })
+}
+
+/// The forward-variant cases: (variant, spec, storage, rows, n, affine, scale). Pure: data of
+/// standard deviation 1 and 60 (fp16 sums of squares overflow); E4M3: output scales 1 and 100
+/// (saturation at 448).
+pub fn variant_cases(quick: bool) -> Vec<(FwdVariant, NormSpec, Storage, usize, usize, bool, f32)> {
+    let shapes: &[(usize, usize)] = if quick { &QUICK_SHAPES } else { &SHAPES };
+    let mut v = Vec::new();
+    for variant in FwdVariant::ALL {
+        for spec in specs() {
+            for storage in Storage::ALL {
+                for &(rows, n) in shapes {
+                    if spec.validate(n).is_err() {
+                        continue;
+                    }
+                    let scales: [f32; 2] = match variant {
+                        FwdVariant::Pure => [1.0, 60.0],
+                        FwdVariant::E4M3 => [1.0, 100.0],
+                    };
+                    for (i, scale) in scales.into_iter().enumerate() {
+                        v.push((variant, spec, storage, rows, n, i == 0, scale));
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
 /// `rms`, `layer`, ..., `topk8`.
 pub fn label(spec: &NormSpec) -> String {
     match spec.kind {
@@ -339,16 +486,31 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
         };
         out.push(c);
     }
-    let failed = out.iter().filter(|c| !c.pass).count();
+    let vall = variant_cases(quick);
+    let mut vout = Vec::with_capacity(vall.len());
+    for (i, (variant, spec, storage, rows, n, affine, scale)) in vall.iter().enumerate() {
+        let what = format!("{} {} {} {rows}x{n} scale {scale}", variant.name(), label(spec), storage.name());
+        progress(all.len() + i, all.len() + vall.len(), &what);
+        let seed = 0x7661_7269_616e_7400 ^ (i as u64).wrapping_mul(0x9e37_79b9);
+        let c = match (variant, storage) {
+            (FwdVariant::Pure, Storage::F16) => check_pure_case::<f16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
+            (FwdVariant::Pure, Storage::BF16) => check_pure_case::<bf16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
+            (FwdVariant::E4M3, Storage::F16) => check_e4m3_case::<f16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
+            (FwdVariant::E4M3, Storage::BF16) => check_e4m3_case::<bf16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
+        };
+        vout.push(c);
+    }
+    let failed = out.iter().filter(|c| !c.pass).count() + vout.iter().filter(|c| !c.pass).count();
     Ok(CheckReport {
         schema: SCHEMA.to_string(),
         device: s.kernels.info().clone(),
         image: s.kernels.image().clone(),
         bound_ulp: BOUND_ULP,
         bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|)".to_string(),
-        total: out.len(),
+        total: out.len() + vout.len(),
         failed,
         cases: out,
+        variants: vout,
     })
 }
 
@@ -393,6 +555,50 @@ pub fn render(r: &CheckReport) -> String {
             if c.pass { "ok" } else { "FAIL" }
         );
     }
-    let _ = writeln!(s, "\n{} of {} cases within {} ulp beyond their slack", r.total - r.failed, r.total, r.bound_ulp);
+    let _ = writeln!(s, "\nforward variants (pure: bits vs the CPU pure-half path and its counters; e4m3: ulp of E4M3 vs f64 x scale)");
+    let _ = writeln!(s, "{:<7} {:<8} {:<5} {:>12} {:<6} {:>7} {:<30} {:>9} {:>10} {:<28}  ok", "variant", "kind", "dtype", "shape", "affine", "scale", "kernel", "e4m3 ulp", "mismatch", "counters gpu (in/ovf/out)");
+    for c in &r.variants {
+        let counters = c.counters_gpu.map_or("-".to_string(), |g| {
+            format!("{}/{}/{}{}", g.nonfinite_in, g.acc_overflow, g.nonfinite_out, if c.counters_cpu == Some(g) { "" } else { " (cpu differs)" })
+        });
+        let _ = writeln!(
+            s,
+            "{:<7} {:<8} {:<5} {:>12} {:<6} {:>7} {:<30} {:>9} {:>10} {:<28}  {}",
+            c.variant,
+            c.kind,
+            c.dtype,
+            format!("{}x{}", c.rows, c.n),
+            if c.affine { "w" } else { "-" },
+            c.scale,
+            c.kernel,
+            opt(c.max_ulp),
+            c.mismatches.map_or("-".to_string(), |m| m.to_string()),
+            counters,
+            if c.pass { "ok" } else { "FAIL" }
+        );
+    }
+    let _ = writeln!(s, "\n{} of {} cases within {} ulp beyond their slack (or bitwise, pure)", r.total - r.failed, r.total, r.bound_ulp);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_cases_cover_both_variants_dtypes_and_overflow_data() {
+        let v = variant_cases(true);
+        for variant in FwdVariant::ALL {
+            for storage in Storage::ALL {
+                assert!(v.iter().any(|c| c.0 == variant && c.2 == storage && c.4 > 1024), "{variant:?} {storage:?}: a block shape");
+                assert!(v.iter().any(|c| c.0 == variant && c.2 == storage && c.4 <= 1024), "{variant:?} {storage:?}: a warp shape");
+            }
+        }
+        // Pure cases at data scale 60 (fp16 sums of squares overflow), E4M3 at an output scale that saturates.
+        assert!(v.iter().any(|c| c.0 == FwdVariant::Pure && c.6 == 60.0));
+        assert!(v.iter().any(|c| c.0 == FwdVariant::E4M3 && c.6 == 100.0));
+        // Top-k with k > n is skipped, as for the 16-bit cases.
+        assert!(v.iter().all(|c| c.1.validate(c.4).is_ok()));
+        assert_eq!(v.len(), 2 * cases(true).len());
+    }
 }

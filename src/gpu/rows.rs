@@ -19,12 +19,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg};
-use normlab_kernels::list::{Direction, Storage};
-use normlab_kernels::plan::{plan, Device, LaunchPlan, FINALIZE_THREADS};
+use normlab_kernels::list::{Direction, FwdVariant, Storage};
+use normlab_kernels::plan::{plan, plan_variant, Device, LaunchPlan, FINALIZE_THREADS};
 use normlab_kernels::sources;
 use normlab_norms::NormSpec;
 
-use crate::gpu::args::{bwd_params, finalize_params, fwd_params, BwdBuffers, DevPtr, FwdBuffers, ParamArg};
+use crate::gpu::args::{bwd_params, finalize_params, fwd_params, fwd_var_params, BwdBuffers, DevPtr, FwdBuffers, ParamArg};
 use crate::gpu::device::{describe, DeviceInfo};
 use crate::gpu::error::{GpuError, PlanError, Result};
 use crate::gpu::module::{load, ImageInfo, Source};
@@ -155,6 +155,62 @@ impl RowKernels {
         }
         let p = plan(spec, storage, dir, rows, n, want_dw, want_db, &self.device(occ))?;
         Ok((p, f))
+    }
+
+    /// [`RowKernels::plan`] for a forward variant (`plan_variant`: pure-half or fp8 output).
+    #[allow(clippy::too_many_arguments)]
+    pub fn plan_variant(
+        &self,
+        spec: &NormSpec,
+        storage: Storage,
+        variant: FwdVariant,
+        rows: usize,
+        n: usize,
+        out_scale: f32,
+    ) -> Result<(LaunchPlan, CudaFunction)> {
+        let p = plan_variant(spec, storage, variant, rows, n, out_scale, &self.device(1))?;
+        let f = self.function(&p.kernel, p.smem)?;
+        let occ = f
+            .occupancy_max_active_blocks_per_multiprocessor(p.block, p.smem, None)
+            .map_err(GpuError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+        if occ == 0 {
+            return Err(GpuError::Plan(PlanError(format!(
+                "{}: no block of {} threads with {} bytes of shared memory fits on an SM of {}",
+                p.kernel, p.block, p.smem, self.info.name
+            ))));
+        }
+        let p = plan_variant(spec, storage, variant, rows, n, out_scale, &self.device(occ))?;
+        Ok((p, f))
+    }
+
+    /// Enqueue a forward variant over `b.rows` rows of `n` elements of `storage`:
+    /// - `FwdVariant::Pure`: statistics and output computed in the storage half type (as
+    ///   normlab-norms' `Accum::PureF16` / `PureBf16`), `counts` (optional) receives one 16-byte
+    ///   `RowCounts` per row (non-finite inputs, accumulator overflow, non-finite outputs);
+    /// - `FwdVariant::E4M3`: `y` is an fp8 E4M3 buffer (one byte per element),
+    ///   `y = round_e4m3(y_fp32 * out_scale)`.
+    ///
+    /// # Safety
+    /// As [`RowKernels::forward`]; `counts` holds rows * 16 bytes; for E4M3, `y` rows * n bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn forward_variant(
+        &self,
+        stream: &Arc<CudaStream>,
+        spec: &NormSpec,
+        storage: Storage,
+        variant: FwdVariant,
+        n: usize,
+        b: &FwdBuffers,
+        counts: Option<DevPtr>,
+        out_scale: f32,
+    ) -> Result<LaunchPlan> {
+        let (p, f) = self.plan_variant(spec, storage, variant, b.rows, n, out_scale)?;
+        if b.rows == 0 {
+            return Ok(p);
+        }
+        let arg = ParamArg(fwd_var_params(&p, b, variant, counts, out_scale));
+        launch(stream, &f, &p.kernel, p.grid, p.block, p.smem, &arg)?;
+        Ok(p)
     }
 
     /// Enqueue the forward `y = norm(x) * w + b` (and per-row statistics) over `b.rows` rows of

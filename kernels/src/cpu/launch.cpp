@@ -5,7 +5,7 @@
 #include "rownorm.cu"
 
 namespace {
-enum Sig { FWD = 0, BWD = 1, FIN = 2 };
+enum Sig { FWD = 0, BWD = 1, FIN = 2, FWDV = 3 };
 struct Entry {
   const char* name;
   Sig sig;
@@ -20,7 +20,14 @@ struct Entry {
 #define NL_ENTRY_DTYPE(tn, T, ...) NL_FOR_EACH_KIND(NL_ENTRY_KIND, tn, T) \
   {"nl_finalize_" #tn, FIN, (void*)&nl_finalize_##tn},
 
-const Entry kEntries[] = {NL_FOR_EACH_DTYPE(NL_ENTRY_DTYPE, _)};
+#define NL_ENTRY_VARIANT_KIND(name, KIND, tn, T)                                               \
+  {"nl_" #name "_fwd_" #tn "_pure_warp", FWDV, (void*)&nl_##name##_fwd_##tn##_pure_warp},     \
+  {"nl_" #name "_fwd_" #tn "_pure_block", FWDV, (void*)&nl_##name##_fwd_##tn##_pure_block},   \
+  {"nl_" #name "_fwd_" #tn "_e4m3_warp", FWDV, (void*)&nl_##name##_fwd_##tn##_e4m3_warp},     \
+  {"nl_" #name "_fwd_" #tn "_e4m3_block", FWDV, (void*)&nl_##name##_fwd_##tn##_e4m3_block},
+#define NL_ENTRY_VARIANT_DTYPE(tn, T, ...) NL_FOR_EACH_KIND(NL_ENTRY_VARIANT_KIND, tn, T)
+
+const Entry kEntries[] = {NL_FOR_EACH_DTYPE(NL_ENTRY_DTYPE, _) NL_FOR_EACH_DTYPE(NL_ENTRY_VARIANT_DTYPE, _)};
 }  // namespace
 
 extern "C" {
@@ -50,6 +57,10 @@ int nl_cpu_launch(const char* name, unsigned grid, unsigned block, size_t smem, 
       case BWD:
         simt::launch(o, (void (*)(nl::BwdParams))e.fn, dim3(grid), dim3(block), smem,
                      *static_cast<const nl::BwdParams*>(params));
+        return 0;
+      case FWDV:
+        simt::launch(o, (void (*)(nl::FwdVarParams))e.fn, dim3(grid), dim3(block), smem,
+                     *static_cast<const nl::FwdVarParams*>(params));
         return 0;
       case FIN:
         simt::launch(o, (void (*)(nl::FinalizeParams))e.fn, dim3(grid), dim3(block), smem,

@@ -363,6 +363,31 @@ __device__ __forceinline__ void store_row(T* __restrict__ o, const T* s, const T
   }
 }
 
+// ------------------------------------------------------------------ pure half arithmetic
+/// Arithmetic of the pure-half variant: every result rounded to T, as normlab-norms'
+/// `Accum::PureF16` / `PureBf16` compute it: the IEEE fp32 operation (exact or correctly
+/// rounded; never contracted into an FMA: the _rn intrinsics forbid it) followed by one rounding
+/// to T, which is the correctly rounded T operation (fp32 has more than 2p + 2 bits).
+template <class T>
+struct Pure {
+  static __device__ __forceinline__ float r(float v) { return Cvt<T>::to(Cvt<T>::from(v)); }
+  static __device__ __forceinline__ float add(float a, float b) { return r(__fadd_rn(a, b)); }
+  static __device__ __forceinline__ float sub(float a, float b) { return r(__fsub_rn(a, b)); }
+  static __device__ __forceinline__ float mul(float a, float b) { return r(__fmul_rn(a, b)); }
+  static __device__ __forceinline__ float div(float a, float b) { return r(__fdiv_rn(a, b)); }
+  static __device__ __forceinline__ float sqrt(float a) { return r(__fsqrt_rn(a)); }
+};
+
+/// The combine tree of normlab-norms' 16-lane sums (`lanes::combine`: lane j += lane j + 8,
+/// then + 4, + 2, + 1) as an xor butterfly over each half-warp: lane 0 gets exactly the CPU's
+/// association, and since every add is commutative, every lane of the 16 ends with that value.
+template <class T>
+__device__ __forceinline__ float pure_butterfly16(float acc) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) acc = Pure<T>::add(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+  return acc;
+}
+
 // ------------------------------------------------------------------ Top-k
 /// Insert v into the descending list a (kept in registers: every index is a compile-time constant).
 __device__ __forceinline__ void topk_insert(float (&a)[TOPK_MAX], float v) {
@@ -381,13 +406,18 @@ struct TopkResult {
   float sum;
   float kth;
   int n_gt;
+  /// PURE merges only: the CPU's 16-lane sum of the k winners in the half arithmetic (winner t
+  /// in lane t mod 16, then the lanes' combine tree), as normlab-norms' `topk_mean` adds them.
+  float psum;
 };
 
 /// k rounds over the warp: the largest list head wins (ties to the lowest lane) and is popped.
-/// If `out` is given, lane 0 writes the winners there in order.
+/// If `out` is given, lane 0 writes the winners there in order. PURE (type T): also the
+/// half-arithmetic lane sum of the winners (`psum`, see TopkResult).
+template <bool PURE = false, class T = __half>
 __device__ __forceinline__ TopkResult warp_topk_merge(float (&a)[TOPK_MAX], int k, float* out) {
   const int lane = (int)(threadIdx.x & 31);
-  TopkResult r{0.0f, 0.0f, 0};
+  TopkResult r{0.0f, 0.0f, 0, 0.0f};
   int run = 0;
   for (int t = 0; t < k; t++) {
     float v = a[0];
@@ -399,6 +429,9 @@ __device__ __forceinline__ TopkResult warp_topk_merge(float (&a)[TOPK_MAX], int 
       if (ov > v || (ov == v && ol < l)) { v = ov; l = ol; }
     }
     r.sum += v;
+    if constexpr (PURE) {
+      if ((t & 15) == (lane & 15)) r.psum = Pure<T>::add(r.psum, v);
+    }
     run = (t > 0 && v == r.kth) ? run + 1 : 1;
     r.kth = v;
     if (out && lane == 0) out[t] = v;
@@ -409,23 +442,24 @@ __device__ __forceinline__ TopkResult warp_topk_merge(float (&a)[TOPK_MAX], int 
     }
   }
   r.n_gt = k - run;
+  if constexpr (PURE) r.psum = pure_butterfly16<T>(r.psum);
   return r;
 }
 
 /// Top-k merge over the group. Block groups: every warp merges its own lists, writes its k
 /// winners to shared memory, then every warp merges the warps' lists (redundantly, so no
 /// broadcast is needed).
-template <bool BLOCK>
+template <bool BLOCK, bool PURE = false, class T = __half>
 __device__ __forceinline__ TopkResult group_topk(float (&a)[TOPK_MAX], int k) {
-  if (!BLOCK) return warp_topk_merge(a, k, nullptr);
+  if (!BLOCK) return warp_topk_merge<PURE, T>(a, k, nullptr);
   __shared__ float s_top[32 * TOPK_MAX];
   const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
-  warp_topk_merge(a, k, s_top + warp * TOPK_MAX);
+  warp_topk_merge<false, T>(a, k, s_top + warp * TOPK_MAX);
   __syncthreads();
   const int nw = (int)(blockDim.x >> 5);
 #pragma unroll
   for (int i = 0; i < TOPK_MAX; i++) a[i] = (lane < nw && i < k) ? s_top[lane * TOPK_MAX + i] : -1.0f;
-  TopkResult r = warp_topk_merge(a, k, nullptr);
+  TopkResult r = warp_topk_merge<PURE, T>(a, k, nullptr);
   __syncthreads();
   return r;
 }
@@ -516,9 +550,61 @@ __device__ __forceinline__ float stats_meta(int e, bool clamped) { return __int_
 #define NL_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
+// ------------------------------------------------------------------ fp8 output
+/// Output storage of the forward: the input's 16-bit type, or fp8 E4M3 with a scale.
+enum Out { OUT_SAME = 0, OUT_E4M3 = 1 };
+
+/// fp32 -> fp8 E4M3 ("fn": no infinities, largest finite 448), one rounding to nearest even, as
+/// normlab-norms stores `float8::F8E4M3`: finite values beyond the range saturate to +-448
+/// (|v| >= 464, the midpoint to the missing 480, ties to 448's even significand), NaN and
+/// +-Inf become NaN (0x7F), so a non-finite result is never stored as a finite number.
+/// Subnormals (|v| < 2^-6) have the quantum 2^-9. Integer and exact power-of-two arithmetic
+/// only (rintf rounds to nearest even), so the emulator and the GPU give the same bits.
+__device__ __forceinline__ unsigned e4m3_from_f32(float v) {
+  const unsigned sign = (__float_as_uint(v) >> 24) & 0x80u;
+  const float a = fabsf(v);
+  if (!(a <= 3.402823466e38f)) return 0x7Fu;  // NaN or +-Inf
+  if (a >= 464.0f) return sign | 0x7Eu;
+  if (a < 0.015625f) return sign | (unsigned)rintf(a * 512.0f);  // 0..8 (8: the smallest normal)
+  const int e = (int)((__float_as_uint(a) >> 23) & 0xffu) - 127;  // -6..8
+  const int q = (int)rintf(a * pow2(3 - e));                      // 8..16 (16 carries into e)
+  return sign | (unsigned)(((e + 7) << 3) + q - 8);
+}
+
+/// 8-byte global store (st.global.wb.v2), as store16.
+__device__ __forceinline__ void store8(uint2* p, uint2 v) {
+#ifdef SIMT_CPU
+  *p = v;
+#else
+  __stwb(p, v);
+#endif
+}
+
+/// Store round_e4m3(out(i, x_i) * scale) for this thread's elements of a staged row into the byte
+/// row `o` (same map as the staged row; 8-byte vector stores on the body: with `vec_ok` the host
+/// guarantees the fp8 row is 8-byte aligned where the 16-bit row is 16-byte aligned).
+template <class T, class F>
+__device__ __forceinline__ void store_row_e4m3(unsigned char* __restrict__ o, const T* s, const RowMap& m, int G, int r,
+                                               float scale, F&& out) {
+  if (r < m.head) o[r] = (unsigned char)e4m3_from_f32(__fmul_rn(out((i64)r, Cvt<T>::to(s[r + VEC - m.head]), 0.0f), scale));
+  for (int v = r; v < m.nvec; v += G) {
+    const i64 i0 = (i64)m.head + (i64)v * VEC;
+    Vec16 q;
+    q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
+    unsigned w[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < VEC; j++) w[j >> 2] |= e4m3_from_f32(__fmul_rn(out(i0 + j, lanef<T>(q, j), 0.0f), scale)) << (8 * (j & 3));
+    store8(reinterpret_cast<uint2*>(o + i0), make_uint2(w[0], w[1]));
+  }
+  for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G)
+    o[i] = (unsigned char)e4m3_from_f32(__fmul_rn(out(i, Cvt<T>::to(s[i + VEC - m.head]), 0.0f), scale));
+}
+
 // ------------------------------------------------------------------ forward
-template <class T, int KIND, bool BLOCK>
-__device__ __forceinline__ void fwd(const FwdParams& p) {
+/// OUT = OUT_E4M3: y is written as fp8 E4M3, round_e4m3(y_fp32 * out_scale), one rounding of the
+/// fp32 result (never through the 16-bit type).
+template <class T, int KIND, bool BLOCK, int OUT = OUT_SAME>
+__device__ __forceinline__ void fwd(const FwdParams& p, float out_scale = 1.0f) {
   NL_DYNAMIC_SMEM(smem);
   typedef Group<BLOCK> Gr;
   const int n = p.n;
@@ -531,7 +617,6 @@ __device__ __forceinline__ void fwd(const FwdParams& p) {
   const i64 stride = (i64)gridDim.x * Gr::per_block();
   for (i64 row = (i64)blockIdx.x * Gr::per_block() + Gr::index_in_block(); row < p.rows; row += stride) {
     const T* xr = static_cast<const T*>(p.x) + row * n;
-    T* yr = static_cast<T*>(p.y) + row * n;
     const RowMap m = row_map(xr, n, p.vec_ok);
     float amax = 0.0f;
     int bad = 0;
@@ -613,13 +698,18 @@ __device__ __forceinline__ void fwd(const FwdParams& p) {
         s = recip(p.c * stat + eps_s);
       }
     }
-    store_row<T>(yr, s_x, static_cast<const T*>(nullptr), m, G, r, [&](i64 i, float v, float) {
+    auto out = [&](i64 i, float v, float) {
       const float x = sc(v);
       float o = (centred ? (x - hi) - lo : x) * s;
       if (wgt) o *= Cvt<T>::to(wgt[i]);
       if (bia) o += Cvt<T>::to(bia[i]);
       return o;
-    });
+    };
+    if constexpr (OUT == OUT_E4M3) {
+      store_row_e4m3<T>(static_cast<unsigned char*>(p.y) + row * n, s_x, m, G, r, out_scale, out);
+    } else {
+      store_row<T>(static_cast<T*>(p.y) + row * n, s_x, static_cast<const T*>(nullptr), m, G, r, out);
+    }
     if (p.stats && r == 0) p.stats[row] = make_float4(hi, lo, s, stats_meta(e, clamped));
     Gr::sync();  // the next row may map shared slots to other threads
   }
@@ -760,6 +850,154 @@ __device__ __forceinline__ void finalize(const FinalizeParams& p) {
   }
 }
 
+// ------------------------------------------------------------------ forward variants
+/// Per-row numerical counters of the pure-half forward, with normlab-norms' `Counters` meaning:
+/// non-finite inputs of the row, 1 if the statistics overflowed although every input was finite,
+/// non-finite outputs (after the rounding to storage). One 16-byte store per row: no atomics.
+struct RowCounts {
+  unsigned nonfinite_in;
+  unsigned acc_overflow;
+  unsigned nonfinite_out;
+  unsigned reserved;
+};
+
+/// Parameters of the forward variants: the forward's own, plus the pure variant's counters and
+/// the fp8 variant's output scale.
+struct FwdVarParams {
+  FwdParams f;
+  RowCounts* counts;  // pure: optional (null), one per row
+  float out_scale;    // e4m3: y_fp8 = round_e4m3(y * out_scale)
+  int reserved;
+};
+
+/// The CPU's 16-lane sum (normlab-norms `lanes::sum_map`) of f(x_i) over a staged row in the
+/// half arithmetic: CPU lane l adds the elements i = l (mod 16) in index order, then the lanes
+/// combine as pure_butterfly16. Every lane of the calling warp takes part (lanes l and l + 16
+/// both compute CPU lane l); every lane returns the sum. The whole row must be staged.
+template <class T, class F>
+__device__ __forceinline__ float pure_lane_sum(const T* s, const RowMap& m, F&& f) {
+  float acc = 0.0f;
+  for (i64 i = (i64)(threadIdx.x & 15); i < m.n; i += 16) acc = Pure<T>::add(acc, f(Cvt<T>::to(s[i + VEC - m.head])));
+  return pure_butterfly16<T>(acc);
+}
+
+/// Forward with every statistic and every output computed in the storage half type, as a
+/// half-precision implementation without fp32 accumulation does (normlab-norms with
+/// `Accum::PureF16` for fp16 storage, `Accum::PureBf16` for bf16): sums of squares past the
+/// type's range become inf ("Norm matters" 4.3), and nothing is rescued.
+///
+/// Same operations in the same order as the CPU path, so the results agree bit for bit: the row
+/// sums are the CPU's 16-lane sums (`pure_lane_sum`, computed redundantly by every warp of the
+/// group on the staged row, so no broadcast is needed); maxima are order-free; Top-k adds its k
+/// winners in descending order in the same lanes. The host passes eps and C already rounded to
+/// T as the CPU rounds them (`plan::plan_variant`). Speed is not the point of this variant: 16
+/// lanes add n / 16 elements each in sequence.
+///
+/// Per row: statistics (as the 16-bit forward saves them, exp2 = 0) and `RowCounts`. A row with
+/// a non-finite input gets NaN statistics; a row whose statistics overflowed keeps them (its
+/// output is what the half arithmetic gives, usually NaN or 0), as the CPU path.
+template <class T, int KIND, bool BLOCK>
+__device__ __forceinline__ void fwd_pure(const FwdVarParams& vp) {
+  const FwdParams& p = vp.f;
+  NL_DYNAMIC_SMEM(smem);
+  typedef Group<BLOCK> Gr;
+  typedef Pure<T> P;
+  const int n = p.n;
+  const int G = Gr::size(), r = Gr::rank();
+  T* s_x = reinterpret_cast<T*>(smem) + (i64)Gr::index_in_block() * row_slots(n);
+  const T* __restrict__ wgt = static_cast<const T*>(p.weight);
+  const T* __restrict__ bia = static_cast<const T*>(p.bias);
+  const bool centred = p.centred != 0;
+  const float one = 1.0f;
+  const float eps = P::r(p.eps), c = P::r(p.c);
+  const float inv_n = P::div(one, P::r((float)n));  // A::one() / A::from_usize(n)
+  const i64 stride = (i64)gridDim.x * Gr::per_block();
+  for (i64 row = (i64)blockIdx.x * Gr::per_block() + Gr::index_in_block(); row < p.rows; row += stride) {
+    const T* xr = static_cast<const T*>(p.x) + row * n;
+    const RowMap m = row_map(xr, n, p.vec_ok);
+    int bad = 0;
+    load_row<T>(xr, s_x, m, G, r, [&](i64, float v) { bad += isfinite(v) ? 0 : 1; });
+    Gr::sync();  // every warp reads the whole staged row below
+    bad = group_sum_int<BLOCK>(bad);
+    const float hi = centred ? P::mul(pure_lane_sum<T>(s_x, m, [](float v) { return v; }), inv_n) : 0.0f;
+    float lo = 0.0f, s, check;
+    bool clamped = false;
+    if (KIND == RMS || KIND == UNIT_L2) {
+      const float q = pure_lane_sum<T>(s_x, m, [](float v) { return P::mul(v, v); });
+      check = q;
+      if (KIND == RMS) {
+        s = P::div(one, P::sqrt(P::add(P::mul(q, inv_n), eps)));
+      } else {
+        const float norm = P::sqrt(q);
+        clamped = !(norm >= eps);
+        s = P::div(one, clamped ? eps : norm);
+      }
+    } else if (KIND == LAYER) {
+      const float d = pure_lane_sum<T>(s_x, m, [&](float v) { return P::sub(v, hi); });
+      const float q = pure_lane_sum<T>(s_x, m, [&](float v) { const float t = P::sub(v, hi); return P::mul(t, t); });
+      lo = P::mul(d, inv_n);
+      float var = P::sub(P::mul(q, inv_n), P::mul(lo, lo));
+      if (var < 0.0f) var = 0.0f;
+      s = P::div(one, P::sqrt(P::add(var, eps)));
+      check = P::add(hi, q);
+    } else {
+      if (centred) lo = P::mul(pure_lane_sum<T>(s_x, m, [&](float v) { return P::sub(v, hi); }), inv_n);
+      auto absz = [&](float v) { return fabsf(P::sub(P::sub(v, hi), lo)); };
+      const float total = pure_lane_sum<T>(s_x, m, absz);  // sum |z|: L1's statistic, a NaN detector for the others
+      float stat;
+      if (KIND == L1) {
+        stat = P::mul(total, inv_n);
+        check = total;
+      } else {
+        if (KIND == LINF) {
+          float a = 0.0f;  // lanes::max_map: starts at 0, a NaN never wins
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { a = fmaxf(a, absz(v)); });
+          stat = group_max<BLOCK>(a);
+        } else {
+          float a[TOPK_MAX];
+#pragma unroll
+          for (int i = 0; i < TOPK_MAX; i++) a[i] = -1.0f;
+          visit_row<T>(s_x, m, G, r, [&](i64, float v) { topk_insert(a, absz(v)); });
+          const int k = p.k;
+          if (k >= 1 && k <= TOPK_MAX) stat = P::div(group_topk<BLOCK, true, T>(a, k).psum, P::r((float)k));
+          else stat = __int_as_float(0x7fc00000);
+        }
+        // The CPU checks the statistic itself for a half accumulator, the sum only for a NaN.
+        check = isnan(total) ? total : stat;
+      }
+      s = P::div(one, P::add(P::mul(c, stat), eps));
+      check = P::add(check, hi);
+    }
+    const bool overflowed = !isfinite(check) || !isfinite(s);
+    float hi_s = hi, lo_s = lo;
+    if (bad) {  // as the CPU path: NaN statistics, no clamp flag
+      hi_s = lo_s = s = __int_as_float(0x7fc00000);
+      clamped = false;
+    }
+    int nout = 0;
+    store_row<T>(static_cast<T*>(p.y) + row * n, s_x, static_cast<const T*>(nullptr), m, G, r, [&](i64 i, float v, float) {
+      float o = P::mul(centred ? P::sub(P::sub(v, hi_s), lo_s) : v, s);
+      if (wgt) o = P::mul(o, Cvt<T>::to(wgt[i]));
+      if (bia) o = P::add(o, Cvt<T>::to(bia[i]));
+      nout += isfinite(o) ? 0 : 1;  // o is already a value of T: the store does not round it
+      return o;
+    });
+    nout = group_sum_int<BLOCK>(nout);
+    if (r == 0) {
+      if (p.stats) p.stats[row] = make_float4(hi_s, lo_s, s, stats_meta(0, clamped));
+      if (vp.counts) {
+        RowCounts c4;
+        c4.nonfinite_in = (unsigned)bad;
+        c4.acc_overflow = (!bad && overflowed) ? 1u : 0u;
+        c4.nonfinite_out = (unsigned)nout;
+        c4.reserved = 0u;
+        vp.counts[row] = c4;
+      }
+    }
+    Gr::sync();  // the next row may map shared slots to other threads
+  }
+}
+
 }  // namespace nl
 
 // ------------------------------------------------------------------ the kernel list
@@ -768,6 +1006,20 @@ __device__ __forceinline__ void finalize(const FinalizeParams& p) {
 // that NVRTC's PTX has exactly those entries.
 #define NL_WARP_THREADS 128
 #define NL_BLOCK_THREADS_MAX 512
+
+// Minimum resident blocks per SM, the second argument of __launch_bounds__. It fixes ptxas's
+// register budget at 65536 / (threads * min) (rounded down to a multiple of 8) and, as found in
+// the SASS, it is what keeps the kernels free of spills: with `.maxntid` alone ptxas 12.9 picks
+// its own occupancy target (32 registers for a 512-thread block, i.e. 4 blocks per SM) and
+// spills the few values that do not fit it (4-16 bytes: a shared-memory address, a loop bound),
+// even though the cap would allow 128. The values keep the occupancy ptxas chose where the code
+// fits it (forward warp 48 registers: 10 blocks of 128; forward block 40: 3 blocks of 512) and
+// give the backward and Top-k the registers they need (backward warp 72, block 64; Top-k's
+// 32-entry register lists up to 128). The compile gate requires zero local memory.
+#define NL_MINB_FWD_WARP(KIND) ((KIND) == nl::TOPK ? 5 : 10)
+#define NL_MINB_FWD_BLOCK(KIND) ((KIND) == nl::TOPK ? 2 : 3)
+#define NL_MINB_BWD_WARP(KIND) ((KIND) == nl::TOPK ? 4 : 7)
+#define NL_MINB_BWD_BLOCK(KIND) ((KIND) == nl::TOPK ? 1 : 2)
 
 #define NL_FOR_EACH_KIND(X, ...)        \
   X(rms, RMS, __VA_ARGS__)              \
@@ -782,16 +1034,16 @@ __device__ __forceinline__ void finalize(const FinalizeParams& p) {
   X(bf16, __nv_bfloat16, __VA_ARGS__)
 
 #define NL_ROW_KERNELS_FOR_KIND(name, KIND, tn, T)                                                               \
-  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS) nl_##name##_fwd_##tn##_warp(nl::FwdParams p) {   \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS, NL_MINB_FWD_WARP(nl::KIND)) nl_##name##_fwd_##tn##_warp(nl::FwdParams p) {   \
     nl::fwd<T, nl::KIND, false>(p);                                                                              \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX) nl_##name##_fwd_##tn##_block(nl::FwdParams p) { \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX, NL_MINB_FWD_BLOCK(nl::KIND)) nl_##name##_fwd_##tn##_block(nl::FwdParams p) { \
     nl::fwd<T, nl::KIND, true>(p);                                                                               \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS) nl_##name##_bwd_##tn##_warp(nl::BwdParams p) {   \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS, NL_MINB_BWD_WARP(nl::KIND)) nl_##name##_bwd_##tn##_warp(nl::BwdParams p) {   \
     nl::bwd<T, nl::KIND, false>(p);                                                                              \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX) nl_##name##_bwd_##tn##_block(nl::BwdParams p) { \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX, NL_MINB_BWD_BLOCK(nl::KIND)) nl_##name##_bwd_##tn##_block(nl::BwdParams p) { \
     nl::bwd<T, nl::KIND, true>(p);                                                                               \
   }
 
@@ -801,3 +1053,28 @@ NL_FOR_EACH_DTYPE(NL_ROW_KERNELS_FOR_DTYPE, _)
 #define NL_FINALIZE_KERNEL(tn, T, ...) \
   extern "C" __global__ void nl_finalize_##tn(nl::FinalizeParams p) { nl::finalize<T>(p); }
 NL_FOR_EACH_DTYPE(NL_FINALIZE_KERNEL, _)
+
+// Forward variants, nl_<kind>_fwd_<f16|bf16>_<pure|e4m3>_<warp|block>: pure-half accumulation
+// (fwd_pure) and fp8 E4M3 output with a scale (fwd with OUT_E4M3). One parameter struct,
+// nl::FwdVarParams. normlab_kernels::list::variant_kernels builds the same names.
+#define NL_MINB_PURE_WARP(KIND) NL_MINB_FWD_WARP(KIND)
+#define NL_MINB_PURE_BLOCK(KIND) NL_MINB_FWD_BLOCK(KIND)
+#define NL_VARIANT_KERNELS_FOR_KIND(name, KIND, tn, T)                                                          \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS, NL_MINB_PURE_WARP(nl::KIND))                   \
+      nl_##name##_fwd_##tn##_pure_warp(nl::FwdVarParams p) {                                                  \
+    nl::fwd_pure<T, nl::KIND, false>(p);                                                                      \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX, NL_MINB_PURE_BLOCK(nl::KIND))             \
+      nl_##name##_fwd_##tn##_pure_block(nl::FwdVarParams p) {                                                 \
+    nl::fwd_pure<T, nl::KIND, true>(p);                                                                       \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS, NL_MINB_FWD_WARP(nl::KIND))                    \
+      nl_##name##_fwd_##tn##_e4m3_warp(nl::FwdVarParams p) {                                                  \
+    nl::fwd<T, nl::KIND, false, nl::OUT_E4M3>(p.f, p.out_scale);                                              \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(NL_BLOCK_THREADS_MAX, NL_MINB_FWD_BLOCK(nl::KIND))              \
+      nl_##name##_fwd_##tn##_e4m3_block(nl::FwdVarParams p) {                                                 \
+    nl::fwd<T, nl::KIND, true, nl::OUT_E4M3>(p.f, p.out_scale);                                               \
+  }
+#define NL_VARIANT_KERNELS_FOR_DTYPE(tn, T, ...) NL_FOR_EACH_KIND(NL_VARIANT_KERNELS_FOR_KIND, tn, T)
+NL_FOR_EACH_DTYPE(NL_VARIANT_KERNELS_FOR_DTYPE, _)

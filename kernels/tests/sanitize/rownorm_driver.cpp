@@ -63,7 +63,52 @@ void run(const char* name, void (*fwd)(nl::FwdParams), void (*bwd)(nl::BwdParams
   check_finite(dw.data(), n, "dweight", name);
   check_finite(db.data(), n, "dbias", name);
 }
+/// A forward variant (pure-half or fp8 E4M3 output) on the same data; the e4m3 output is a byte
+/// row, NaN being 0x7F / 0xFF; the pure counters must report a clean row.
+template <class T>
+void run_variant(const char* name, void (*fwd)(nl::FwdVarParams), int rows, int n, bool warp, int k, int off, bool e4m3) {
+  const int block = warp ? NL_WARP_THREADS : (n / 256 + 1) * 32 < 64 ? 64 : (n / 256 + 1) * 32;
+  const int groups = warp ? NL_WARP_THREADS / 32 : 1;
+  std::vector<T> xb = data<T>((size_t)rows * n + off, 1, 4.0f, 0.5f);
+  std::vector<T> w = data<T>(n, 3, 0.5f, 1.0f), b = data<T>(n, 4, 0.5f, 0.0f);
+  std::vector<T> yb((size_t)rows * n + off);
+  std::vector<unsigned char> y8((size_t)rows * n + off / 2);
+  std::vector<float4> st(rows);
+  std::vector<nl::RowCounts> counts(rows);
+  void* y = e4m3 ? (void*)(y8.data() + off / 2) : (void*)(yb.data() + off);
+  // fp8 rows: 8-byte vectors iff x / 2 and y are congruent modulo 8 (as the host computes it).
+  const unsigned long long xa = (unsigned long long)(xb.data() + off), ya = (unsigned long long)y;
+  const int vec_ok = e4m3 ? ((xa / 2) % 8 == ya % 8) : (xa % 16 == ya % 16);
+  nl::FwdVarParams fp{{xb.data() + off, y, w.data(), b.data(), st.data(), rows, n, 1, 1e-5f, 1.25f, k, vec_ok},
+                      counts.data(), 4.0f, 0};
+  simt::Options o;
+  o.engine = simt::Engine::Parallel;
+  simt::launch(o, fwd, dim3(2), dim3(block), (size_t)groups * row_slots(n) * sizeof(T), fp);
+  if (e4m3) {
+    for (size_t i = 0; i < (size_t)rows * n; i++)
+      if ((y8[off / 2 + i] & 0x7F) == 0x7F) {
+        std::printf("NaN e4m3 output of %s at %zu\n", name, i);
+        g_bad++;
+        break;
+      }
+  } else {
+    check_finite(yb.data() + off, (size_t)rows * n, "y (pure)", name);
+    for (int r = 0; r < rows; r++)
+      if (counts[r].nonfinite_in || counts[r].acc_overflow || counts[r].nonfinite_out) {
+        std::printf("pure counters of %s row %d not clean\n", name, r);
+        g_bad++;
+        break;
+      }
+  }
+}
 }  // namespace
+
+#define NL_RUN_VARIANT_KIND(kname, KIND, tn, T)                                                                \
+  run_variant<T>("nl_" #kname "_fwd_" #tn "_pure_warp", nl_##kname##_fwd_##tn##_pure_warp, 9, 45, true, 3, 3, false); \
+  run_variant<T>("nl_" #kname "_fwd_" #tn "_pure_block", nl_##kname##_fwd_##tn##_pure_block, 3, 1100, false, 5, 1, false); \
+  run_variant<T>("nl_" #kname "_fwd_" #tn "_e4m3_warp", nl_##kname##_fwd_##tn##_e4m3_warp, 9, 45, true, 3, 2, true); \
+  run_variant<T>("nl_" #kname "_fwd_" #tn "_e4m3_block", nl_##kname##_fwd_##tn##_e4m3_block, 3, 1100, false, 5, 16, true);
+#define NL_RUN_VARIANT_DTYPE(tn, T, ...) NL_FOR_EACH_KIND(NL_RUN_VARIANT_KIND, tn, T)
 
 #define NL_RUN_KIND(kname, KIND, tn, T)                                                                            \
   run<T>("nl_" #kname "_" #tn "_warp", nl_##kname##_fwd_##tn##_warp, nl_##kname##_bwd_##tn##_warp, nl_finalize_##tn, \
@@ -74,6 +119,7 @@ void run(const char* name, void (*fwd)(nl::FwdParams), void (*bwd)(nl::BwdParams
 
 int main() {
   NL_FOR_EACH_DTYPE(NL_RUN_DTYPE, _)
+  NL_FOR_EACH_DTYPE(NL_RUN_VARIANT_DTYPE, _)
   if (g_bad) {
     std::printf("FAILED: %d kernels wrote non-finite outputs\n", g_bad);
     return 1;
