@@ -12,6 +12,9 @@ use crate::list::{Direction, Storage};
 use crate::params::{BwdParams, FinalizeParams, FwdParams, KernelStats};
 use crate::plan::{plan, Device, LaunchPlan, FINALIZE_THREADS};
 
+/// The fused residual-update kernels (`src/cuda/residual.cu`) on the emulator.
+pub mod update;
+
 extern "C" {
     fn nl_cpu_launch(
         name: *const c_char,
