@@ -459,7 +459,8 @@ fn edge_rows<T: H>(tiny: f64, huge: f64) {
             edge::<T>(u, d, unit(1.0), unit(3.0), av(1.0), "a = 1");
             edge::<T>(u, d, unit(huge), unit(1.0), av(3.0), "huge h, a = 3");
             edge::<T>(u, d, unit(huge), unit(-huge), av(0.5), "huge h and -b");
-            edge::<T>(u, d, unit(huge * (d as f64).sqrt()), unit(1.0), av(3.0), "h at the type's limit, a = 3");
+            // |(1 - a) h| = 3 x the largest finite value: beyond fp32 for bf16 (r is pre-scaled).
+            edge::<T>(u, d, unit(T::DT.max_finite() * (d as f64).sqrt()), unit(1.0), av(4.0), "h at the type's limit, a = 4");
             let mut hn = unit(1.0);
             hn[d / 2] = f64::NAN;
             edge::<T>(u, d, [hn, unit(1.0)].concat(), [unit(2.0), unit(2.0)].concat(), av(0.2), "NaN in h (row 0)");
@@ -478,8 +479,8 @@ fn edge_rows_f16() {
 
 #[test]
 fn edge_rows_bf16() {
-    // bf16: squares of 1e-39 underflow fp32 and of 1e38 overflow it (rescue); h 1e38 with a = 3
-    // needs the pre-scale of r (|(1 - a) h| > 2^100).
+    // bf16: squares of 1e-39 underflow fp32 and of 1e38 overflow it (rescue); h near 1e38 with
+    // a = 3 takes the pre-scale of r (|(1 - a) h| >= 2^100), h at 3.4e38 with a = 4 needs it.
     edge_rows::<bf16>(1e-39, 1e38);
 }
 
