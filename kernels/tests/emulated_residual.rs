@@ -367,7 +367,8 @@ fn results_do_not_depend_on_thread_order() {
         for &(rows, d, co) in &[(29, 72, Coef::Range(0.0, 0.5)), (11, 1100, Coef::Range(0.1, 0.9)), (17, 40, Coef::Scalar(0.2)), (5, 2048, Coef::Scalar(0.7))] {
             let c = case(rows, d, co);
             let x = data::<bf16>(&c, 77 + d as u64);
-            let mut first: Option<(Vec<bf16>, Vec<bf16>, Vec<bf16>, Vec<u32>)> = None;
+            type Outs = (Vec<bf16>, Vec<bf16>, Vec<bf16>, Vec<u32>);
+            let mut first: Option<Outs> = None;
             for (order, rev) in [(Order::Fwd, false), (Order::Rev, false), (Order::Random(1), false), (Order::Random(99), true), (Order::Fwd, true)] {
                 let o = EmuOptions { reverse_blocks: rev, ..opts(order, 3) };
                 let (y, st) = kernel_forward(u, &c, &x, &o);

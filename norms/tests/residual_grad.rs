@@ -98,6 +98,7 @@ enum Which {
     Angpt,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_grad(which: Which, rows: usize, d: usize, a: &[f64], hs: f64, bs: f64, eps: f64, seed: u64) {
     let mut rng = Rng(seed | 1);
     let h = rng.vec(rows * d, hs);

@@ -305,7 +305,10 @@ mod tests {
     use normlab_kernels::cpu::EmuOptions;
     use normlab_kernels::residual::UpdateStats;
 
-    fn emulate<T: Half16 + normlab_kernels::cpu::Half16>(update: Update, rows: usize, d: usize, scalar: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    /// h, b, g, a, y, dh, db, da (widened to f64).
+    type Run = [Vec<f64>; 8];
+
+    fn emulate<T: Half16 + normlab_kernels::cpu::Half16>(update: Update, rows: usize, d: usize, scalar: bool) -> Run {
         let (h, b, g, a) = update_data::<T>(11 + d as u64, rows, d, scalar);
         let o = EmuOptions::default();
         let mut y = vec![T::default(); rows * d];
@@ -313,14 +316,14 @@ mod tests {
         emu::forward(update, &h, &b, &a, d, UPDATE_EPS, &mut y, Some(&mut st), &o).unwrap();
         let (mut dh, mut db, mut da) = (vec![T::default(); rows * d], vec![T::default(); rows * d], vec![0f32; a.len()]);
         emu::backward(update, &h, &b, &a, &g, d, &st, &mut dh, &mut db, Some(&mut da), &o).unwrap();
-        (to64(&h), to64(&b), to64(&g), a.iter().map(|&v| v as f64).collect(), to64(&y), to64(&dh), to64(&db), da.iter().map(|&v| v as f64).collect())
+        [to64(&h), to64(&b), to64(&g), a.iter().map(|&v| v as f64).collect(), to64(&y), to64(&dh), to64(&db), da.iter().map(|&v| v as f64).collect()]
     }
 
     #[test]
     fn the_bounds_pass_the_emulated_kernels_and_catch_corruption() {
         for update in Update::ALL {
             for (rows, d, scalar) in [(5, 64, false), (3, 1100, true), (2, 37, false)] {
-                let (h, b, g, a, y, dh, db, da) = emulate::<bf16>(update, rows, d, scalar);
+                let [h, b, g, a, y, dh, db, da] = emulate::<bf16>(update, rows, d, scalar);
                 let x = UpdateInputs { update, dt: DType::BF16, d, h: &h, b: &b, g: &g, a: &a };
                 let e = update_errors(&x, &y, &dh, &db, &da).unwrap();
                 assert!(e.pass(), "{update:?} {rows}x{d}: {e:?}");
