@@ -79,6 +79,30 @@ fn parameter_structs_match_the_kernels_abi() {
     eprintln!("{} entries: Fwd {} B, Bwd {} B, Finalize {} B", params.len(), size_of::<FwdParams>(), size_of::<BwdParams>(), size_of::<FinalizeParams>());
 }
 
+/// The fused residual-update kernels (residual.cu): every entry's single `.param` struct has the
+/// size and alignment of its Rust struct in `normlab_kernels::residual`.
+#[test]
+fn update_parameter_structs_match_the_kernels_abi() {
+    use normlab_kernels::residual::{UpdBwdParams, UpdFinalizeParams, UpdFwdParams, FINALIZE_KERNEL};
+    let Some(base) = toolchain("update parameter ABI check") else { return };
+    let opts = with_arch(&base, "compute_90");
+    let ptx = nvrtc::compile(sources::RESIDUAL_CU, sources::RESIDUAL_CU_NAME, &opts, ImageKind::Ptx, "compute_90").unwrap();
+    let ptx = String::from_utf8(ptx).unwrap();
+    let params = entry_params(&ptx);
+    assert_eq!(params.keys().cloned().collect::<Vec<_>>(), list::update_names());
+    for (name, (align, size)) in &params {
+        let want = if name == FINALIZE_KERNEL {
+            (align_of::<UpdFinalizeParams>(), size_of::<UpdFinalizeParams>())
+        } else if name.contains("_fwd_") {
+            (align_of::<UpdFwdParams>(), size_of::<UpdFwdParams>())
+        } else {
+            (align_of::<UpdBwdParams>(), size_of::<UpdBwdParams>())
+        };
+        assert_eq!((*align, *size), want, "{name}: PTX parameter (align, size) vs the Rust struct");
+    }
+    eprintln!("{} update entries: Fwd {} B, Bwd {} B, Finalize {} B", params.len(), size_of::<UpdFwdParams>(), size_of::<UpdBwdParams>(), size_of::<UpdFinalizeParams>());
+}
+
 /// The copy kernel's source and options for `arch` (small: compiles in well under a second).
 fn copy_source(arch: &str) -> (&'static str, Vec<String>) {
     let copy = normlab::gpu::copy::COPY;

@@ -14,6 +14,9 @@ use crate::plan::{plan, plan_variant, Device, LaunchPlan, FINALIZE_THREADS};
 use crate::list::FwdVariant;
 use normlab_norms::Counters;
 
+/// The fused residual-update kernels (`src/cuda/residual.cu`) on the emulator.
+pub mod update;
+
 extern "C" {
     fn nl_cpu_launch(
         name: *const c_char,

@@ -11,6 +11,8 @@
 //! - [`params`]: the `#[repr(C)]` kernel parameter structs and the saved per-row statistics.
 //! - [`project`]: host side of the fused nGPT/anGPT weight projection (`src/cuda/project.cu`):
 //!   descriptor table, block prefix sums, typed errors, per-matrix reports.
+//! - [`residual`]: host side of the fused nGPT/anGPT residual updates (`src/cuda/residual.cu`):
+//!   launch planning with typed errors, parameter structs, per-row statistics.
 //! - [`cpu`]: execution of the very same .cu files on the CPU through the SIMT emulator
 //!   (`src/cuda/simt_cpu.h`), used by the tests against normlab-norms' f64 reference.
 //!
@@ -22,6 +24,7 @@ pub mod list;
 pub mod params;
 pub mod plan;
 pub mod project;
+pub mod residual;
 pub mod sources;
 
 pub use error::{KernelError, Result};

@@ -180,3 +180,12 @@ pub fn project_names() -> Vec<String> {
     v.sort();
     v
 }
+
+/// Every fused residual-update entry point (`src/cuda/residual.cu`), sorted:
+/// `nl_update_<ngpt|angpt>_<fwd|bwd>_<f16|bf16>_<warp|block>` and `nl_update_finalize`.
+pub fn update_names() -> Vec<String> {
+    let mut v: Vec<String> = crate::residual::update_kernels().iter().map(|k| k.name()).collect();
+    v.push(crate::residual::FINALIZE_KERNEL.to_string());
+    v.sort();
+    v
+}

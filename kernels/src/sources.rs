@@ -15,3 +15,7 @@ pub const NVRTC_OPTIONS: &[&str] = &["--std=c++17", "-lineinfo"];
 pub const PROJECT_CU: &str = include_str!("cuda/project.cu");
 /// File name to give NVRTC for [`PROJECT_CU`].
 pub const PROJECT_CU_NAME: &str = "project.cu";
+/// Fused residual updates of nGPT and anGPT, forward and backward, fp16/bf16 (see the file's header).
+pub const RESIDUAL_CU: &str = include_str!("cuda/residual.cu");
+/// File name to give NVRTC for [`RESIDUAL_CU`].
+pub const RESIDUAL_CU_NAME: &str = "residual.cu";

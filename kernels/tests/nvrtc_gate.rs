@@ -375,3 +375,82 @@ fn nvrtc_project_gate() {
     let failures: Vec<String> = [80u32, 90].iter().flat_map(|&a| gate_project(a, &tc, &nvrtc)).collect();
     assert!(failures.is_empty(), "project compile gate failed:\n{}", failures.join("\n"));
 }
+
+/// The fused residual-update kernels (src/cuda/residual.cu): zero local memory (no stack frame,
+/// no spills) and at most `REGISTER_CAP` registers on sm_80 and sm_90, 128-bit global loads and
+/// stores in every update kernel (not the finalize kernel); the PTX entries are exactly
+/// `list::update_names()`.
+fn gate_residual(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut opts: Vec<String> = sources::NVRTC_OPTIONS.iter().map(|s| s.to_string()).collect();
+    opts.push(format!("--gpu-architecture=compute_{arch}"));
+    opts.push(format!("-I{}", tc.include.display()));
+    let ptx = match nvrtc.compile(sources::RESIDUAL_CU, sources::RESIDUAL_CU_NAME, &opts) {
+        Ok(p) => p,
+        Err(e) => return vec![format!("residual.cu compute_{arch}: {e}")],
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let ptx_path = dir.join(format!("residual_sm{arch}.ptx"));
+    std::fs::write(&ptx_path, &ptx).unwrap();
+    let o = std::process::Command::new(&tc.ptxas)
+        .args(["-v", &format!("-arch=sm_{arch}")])
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(dir.join(format!("residual_sm{arch}.cubin")))
+        .output()
+        .expect("run ptxas");
+    let report = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    if !o.status.success() {
+        return vec![format!("residual.cu sm_{arch}: ptxas failed:\n{report}")];
+    }
+    std::fs::write(dir.join(format!("residual_sm{arch}.ptxas.txt")), &report).unwrap();
+    let res = parse_ptxas(&report);
+    let entries = ptx_entries(&ptx);
+    let got: BTreeSet<String> = entries.keys().cloned().collect();
+    let want: BTreeSet<String> = list::update_names().into_iter().collect();
+    if want != got {
+        failures.push(format!("residual.cu sm_{arch}: PTX entries {got:?}, expected {want:?}"));
+    }
+    for name in &want {
+        let Some(r) = res.get(name) else {
+            failures.push(format!("sm_{arch}: {name}: no ptxas report"));
+            continue;
+        };
+        let body = entries.get(name).map(String::as_str).unwrap_or("");
+        let ld4 = body.lines().filter(|l| l.contains("ld.global") && l.contains(".v4")).count();
+        let st4 = body.lines().filter(|l| l.contains("st.global") && l.contains(".v4")).count();
+        println!("| {name} | {arch} | {} | {}/{} | {} | {} | {ld4} | {st4} |", r.registers, r.spill_stores, r.spill_loads, r.stack, r.smem);
+        if r.stack != 0 || r.spill_stores != 0 || r.spill_loads != 0 {
+            failures.push(format!("sm_{arch}: {name}: local memory {} B stack, {} B spill stores, {} B spill loads (must be 0)", r.stack, r.spill_stores, r.spill_loads));
+        }
+        if r.registers == 0 || r.registers > REGISTER_CAP {
+            failures.push(format!("sm_{arch}: {name}: {} registers (cap {REGISTER_CAP})", r.registers));
+        }
+        if name != normlab_kernels::residual::FINALIZE_KERNEL && (ld4 == 0 || st4 == 0) {
+            failures.push(format!("sm_{arch}: {name}: no 128-bit global loads/stores ({ld4} ld.v4, {st4} st.v4)"));
+        }
+    }
+    failures
+}
+
+#[test]
+fn nvrtc_residual_gate() {
+    let required = std::env::var("NORMLAB_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    let tc = match toolchain() {
+        Ok(tc) => tc,
+        Err(why) if required => panic!("NORMLAB_REQUIRE_NVRTC=1 but the NVRTC toolchain is missing: {why}"),
+        Err(why) => {
+            eprintln!("\n*** NVRTC RESIDUAL GATE DID NOT RUN: {why}.\n");
+            return;
+        }
+    };
+    let nvrtc = Nvrtc::load(&tc.nvrtc);
+    println!("| kernel | sm | registers | spill st/ld (B) | stack (B) | static smem (B) | ld.global.v4 | st.global.v4 |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let (tc, nvrtc) = (&tc, &nvrtc);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = [80u32, 90].iter().map(|&a| s.spawn(move || gate_residual(a, tc, nvrtc))).collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert!(failures.is_empty(), "residual compile gate failed:\n{}", failures.join("\n"));
+}

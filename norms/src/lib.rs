@@ -6,6 +6,8 @@
 //! - [`spec`]: what a norm is (kind, centring, eps, scale constant), with the formulas.
 //! - [`row`]: row forms over the last axis, forward and backward.
 //! - [`batch`]: per-channel forms over NC and NCHW layouts, with running statistics.
+//! - [`residual`]: the fused residual updates of nGPT (`Norm(h + a (Norm(b) - h))`) and anGPT
+//!   (`nu(a) (h + a (b - h))`), forward and analytic backward (the CUDA kernels' reference).
 //! - [`constants`]: `C_L1`, exact `C_inf(n)` and `C_topk(n, k)`, the authors' `c(n)`.
 //! - [`element`] and [`accum`]: storage types (f64, f32, f16, bf16, fp8) and the explicit
 //!   accumulator (f32, f64, pure f16, pure bf16).
@@ -22,6 +24,7 @@ pub mod error;
 pub(crate) mod lanes;
 pub mod nu;
 pub mod quadrature;
+pub mod residual;
 pub mod row;
 pub mod spec;
 pub mod weight;

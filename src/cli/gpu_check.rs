@@ -1,6 +1,6 @@
-//! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel on the GPU against the
-//! f64 reference over many shapes (`crate::gpu::check`), as a table of max ulp errors per
-//! kernel and shape. Exits 1 when a case exceeds its bound, and, with the reason, when there is
+//! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel and the fused nGPT/anGPT
+//! residual updates on the GPU against the f64 reference over many shapes (`crate::gpu::check`,
+//! `crate::gpu::check_updates`), as tables of max ulp errors per kernel and shape. Exits 1 when a case exceeds its bound, and, with the reason, when there is
 //! no GPU runtime (built without `cuda`), no driver, no device or no NVRTC.
 
 use clap::Args;
@@ -34,10 +34,10 @@ pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
     use indicatif::{ProgressBar, ProgressStyle};
 
     use crate::cli::output::{print, print_json};
-    use crate::gpu::check::{cases, render, run, variant_cases};
+    use crate::gpu::check::{render, run, total_cases};
     use crate::gpu::GpuError;
 
-    let bar = ProgressBar::new((cases(args.quick).len() + variant_cases(args.quick).len()) as u64);
+    let bar = ProgressBar::new(total_cases(args.quick) as u64);
     bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let report = run(args.gpu, args.quick, &mut |i, _, label| {
         bar.set_position(i as u64);

@@ -1,4 +1,5 @@
-//! `normlab gpu-check`: every row kernel run on the GPU against the f64 reference of
+//! `normlab gpu-check`: every row kernel (and, through [`crate::gpu::check_updates`], the fused
+//! nGPT/anGPT residual updates) run on the GPU against the f64 reference of
 //! normlab-norms (f64 storage, `Accum::F64`) over many shapes, with the error bounds of the CPU
 //! emulation tests (kernels/README.md):
 //!
@@ -110,13 +111,15 @@ pub struct CheckReport {
     pub cases: Vec<CaseCheck>,
     /// The forward variants (pure-half, fp8 output).
     pub variants: Vec<VariantCheck>,
-    /// Cases plus variant cases.
+    /// The fused residual updates (`crate::gpu::check_updates`).
+    pub updates: Vec<crate::gpu::check_updates::UpdateCaseCheck>,
+    /// Row cases plus variant cases plus update cases.
     pub total: usize,
     pub failed: usize,
 }
 
 /// 16-bit storage with its bit pattern (how buffers travel to the device).
-trait Half16: Copy + Default + Element {
+pub(crate) trait Half16: Copy + Default + Element {
     const STORAGE: Storage;
     const DT: DType;
     /// normlab-norms' pure accumulator of this storage type.
@@ -148,7 +151,7 @@ impl Half16 for bf16 {
 }
 
 /// splitmix64 + Box-Muller: deterministic data without a dependency.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -157,13 +160,13 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn uniform(&mut self) -> f64 {
+    pub(crate) fn uniform(&mut self) -> f64 {
         ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
-    fn normal(&mut self) -> f64 {
+    pub(crate) fn normal(&mut self) -> f64 {
         (-2.0 * self.uniform().ln()).sqrt() * (std::f64::consts::TAU * self.uniform()).cos()
     }
-    fn vec<T: Half16>(&mut self, len: usize, mean: f64, scale: f64) -> Vec<T> {
+    pub(crate) fn vec<T: Half16>(&mut self, len: usize, mean: f64, scale: f64) -> Vec<T> {
         (0..len).map(|_| T::from_f64(mean + scale * self.normal())).collect()
     }
 }
@@ -184,20 +187,20 @@ impl Session {
         Ok(Session { ctx, stream, kernels })
     }
 
-    fn upload<T: Half16>(&self, v: &[T]) -> Result<CudaSlice<u16>> {
+    pub(crate) fn upload<T: Half16>(&self, v: &[T]) -> Result<CudaSlice<u16>> {
         let bits: Vec<u16> = v.iter().map(|x| x.to_bits()).collect();
         self.stream.clone_htod(&bits).map_err(GpuError::driver("cuMemcpyHtoD"))
     }
-    fn download<T: Half16>(&self, s: &CudaSlice<u16>) -> Result<Vec<f64>> {
+    pub(crate) fn download<T: Half16>(&self, s: &CudaSlice<u16>) -> Result<Vec<f64>> {
         let bits = self.stream.clone_dtoh(s).map_err(GpuError::driver("cuMemcpyDtoH"))?;
         Ok(bits.into_iter().map(|b| T::from_bits(b).to_f64()).collect())
     }
-    fn zeros(&self, len: usize) -> Result<CudaSlice<u16>> {
+    pub(crate) fn zeros(&self, len: usize) -> Result<CudaSlice<u16>> {
         self.stream.alloc_zeros::<u16>(len.max(1)).map_err(GpuError::driver("cuMemAlloc"))
     }
 }
 
-fn to64<T: Half16>(v: &[T]) -> Vec<f64> {
+pub(crate) fn to64<T: Half16>(v: &[T]) -> Vec<f64> {
     v.iter().map(|x| x.to_f64()).collect()
 }
 
@@ -472,13 +475,22 @@ pub fn cases(quick: bool) -> Vec<(NormSpec, Storage, usize, usize, bool)> {
     v
 }
 
+/// Number of cases of a run (row kernels and fused updates), for progress bars.
+pub fn total_cases(quick: bool) -> usize {
+    cases(quick).len() + variant_cases(quick).len() + crate::gpu::check_updates::update_cases(quick).len()
+}
+
 /// Run every case on device `ordinal`; `progress` is called before each case.
 pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &str)) -> Result<CheckReport> {
+    use crate::gpu::check_updates::{run_update_case, update_cases};
     let s = Session::open(ordinal)?;
     let all = cases(quick);
+    let upd = update_cases(quick);
+    let vall = variant_cases(quick);
+    let total = all.len() + vall.len() + upd.len();
     let mut out = Vec::with_capacity(all.len());
     for (i, (spec, storage, rows, n, affine)) in all.iter().enumerate() {
-        progress(i, all.len(), &format!("{} {} {rows}x{n}{}", label(spec), storage.name(), if *affine { " affine" } else { "" }));
+        progress(i, total, &format!("{} {} {rows}x{n}{}", label(spec), storage.name(), if *affine { " affine" } else { "" }));
         let seed = 0x6e6f_726d_6c61_6200 ^ (i as u64).wrapping_mul(0x9e37_79b9);
         let c = match storage {
             Storage::F16 => check_case::<f16>(&s, spec, *rows, *n, *affine, seed)?,
@@ -486,11 +498,10 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
         };
         out.push(c);
     }
-    let vall = variant_cases(quick);
     let mut vout = Vec::with_capacity(vall.len());
     for (i, (variant, spec, storage, rows, n, affine, scale)) in vall.iter().enumerate() {
         let what = format!("{} {} {} {rows}x{n} scale {scale}", variant.name(), label(spec), storage.name());
-        progress(all.len() + i, all.len() + vall.len(), &what);
+        progress(all.len() + i, total, &what);
         let seed = 0x7661_7269_616e_7400 ^ (i as u64).wrapping_mul(0x9e37_79b9);
         let c = match (variant, storage) {
             (FwdVariant::Pure, Storage::F16) => check_pure_case::<f16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
@@ -500,17 +511,25 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
         };
         vout.push(c);
     }
-    let failed = out.iter().filter(|c| !c.pass).count() + vout.iter().filter(|c| !c.pass).count();
+    let uk = crate::gpu::updates::UpdateKernels::for_context(&s.ctx)?;
+    let mut updates = Vec::with_capacity(upd.len());
+    for (i, c) in upd.iter().enumerate() {
+        progress(all.len() + vall.len() + i, total, &format!("{} update {} {}x{} a {}", c.0.name(), c.1.name(), c.2, c.3, if c.4 { "scalar" } else { "vector" }));
+        let seed = 0x7570_6461_7465_0000 ^ (i as u64).wrapping_mul(0x9e37_79b9);
+        updates.push(run_update_case(&s, &uk, c, seed)?);
+    }
+    let failed = out.iter().filter(|c| !c.pass).count() + vout.iter().filter(|c| !c.pass).count() + updates.iter().filter(|c| !c.pass).count();
     Ok(CheckReport {
         schema: SCHEMA.to_string(),
         device: s.kernels.info().clone(),
         image: s.kernels.image().clone(),
         bound_ulp: BOUND_ULP,
-        bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|)".to_string(),
-        total: out.len() + vout.len(),
+        bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|); variants: pure bitwise, e4m3 1 ulp; updates: see the update table".to_string(),
+        total: out.len() + vout.len() + updates.len(),
         failed,
         cases: out,
         variants: vout,
+        updates,
     })
 }
 
@@ -577,6 +596,7 @@ pub fn render(r: &CheckReport) -> String {
             if c.pass { "ok" } else { "FAIL" }
         );
     }
+    s.push_str(&crate::gpu::check_updates::render_updates(&r.updates));
     let _ = writeln!(s, "\n{} of {} cases within {} ulp beyond their slack (or bitwise, pure)", r.total - r.failed, r.total, r.bound_ulp);
     s
 }

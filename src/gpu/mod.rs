@@ -9,7 +9,8 @@
 //! - [`ulp`]: errors in ulps of the storage type against the f64 reference.
 //! - with `cuda`: [`nvrtc`] (library, headers, target, compilation), [`device`] (driver checks,
 //!   device properties), [`module`] (compile + load through the cache), [`args`] (parameter
-//!   structs), [`rows`] (launch wrappers of the row kernels), [`copy`] (copy kernel), [`check`]
+//!   structs), [`rows`] (launch wrappers of the row kernels), [`updates`] (launch wrappers of the
+//!   fused nGPT/anGPT residual updates), [`copy`] (copy kernel), [`check`] and [`check_updates`]
 //!   (`normlab gpu-check`); with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
 //!
 //! Without the `cuda` feature only the pieces that need no driver exist, and the commands that
@@ -26,6 +27,8 @@ pub mod candle_ops;
 #[cfg(feature = "cuda")]
 pub mod check;
 #[cfg(feature = "cuda")]
+pub mod check_updates;
+#[cfg(feature = "cuda")]
 pub mod copy;
 #[cfg(feature = "cuda")]
 pub mod device;
@@ -35,5 +38,7 @@ pub mod module;
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
 pub mod rows;
+#[cfg(feature = "cuda")]
+pub mod updates;
 
 pub use error::{GpuError, PlanError};
