@@ -124,3 +124,8 @@ pub fn project_names() -> Vec<String> {
     v.sort();
     v
 }
+
+/// Every batch-norm entry point (`src/cuda/batchnorm.cu`), sorted (see `batch::plan`).
+pub fn batch_names() -> Vec<String> {
+    crate::batch::batch_names()
+}

@@ -15,3 +15,7 @@ pub const NVRTC_OPTIONS: &[&str] = &["--std=c++17", "-lineinfo"];
 pub const PROJECT_CU: &str = include_str!("cuda/project.cu");
 /// File name to give NVRTC for [`PROJECT_CU`].
 pub const PROJECT_CU_NAME: &str = "project.cu";
+/// Batch (per-channel) norms, train/eval, forward/backward, fp16/bf16 (see the file's header).
+pub const BATCHNORM_CU: &str = include_str!("cuda/batchnorm.cu");
+/// File name to give NVRTC for [`BATCHNORM_CU`].
+pub const BATCHNORM_CU_NAME: &str = "batchnorm.cu";
