@@ -8,7 +8,7 @@ use crate::params::KernelStats;
 
 /// Layout and chunking of one launch (`nlb::Geo`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Geo {
     pub n: i64,
     pub c: i64,
@@ -21,6 +21,12 @@ pub struct Geo {
     pub nchunks: i32,
     /// 16-byte vectors allowed for this launch's pointers (see `plan`).
     pub vec: i32,
+    /// `1 / hw`, `1 / c`, `1 / nchunks` rounded to f64: the kernels divide 64-bit indices by an
+    /// f64 multiplication with an exact integer correction (a 64-bit integer division is a
+    /// subroutine call in PTX, whose calling convention spills registers).
+    pub rhw: f64,
+    pub rc: f64,
+    pub rnch: f64,
 }
 
 /// stats1 record (`nlb::Rec1`, 32 bytes): opaque to the host.
@@ -194,17 +200,17 @@ mod tests {
 
     #[test]
     fn layouts_match_the_kernel_structs() {
-        assert_eq!(size_of::<Geo>(), 48);
+        assert_eq!(size_of::<Geo>(), 72);
         assert_eq!(size_of::<Aux>(), 24);
-        assert_eq!(size_of::<Stats1Params>(), 64);
-        assert_eq!(size_of::<Stats2Params>(), 80);
-        assert_eq!(size_of::<Fin1Params>(), 40 + 48 + 24 + 16);
-        assert_eq!(size_of::<Fin2Params>(), 32 + 48 + 24 + 16);
+        assert_eq!(size_of::<Stats1Params>(), 16 + 72);
+        assert_eq!(size_of::<Stats2Params>(), 24 + 72 + 8);
+        assert_eq!(size_of::<Fin1Params>(), 40 + 72 + 24 + 16);
+        assert_eq!(size_of::<Fin2Params>(), 32 + 72 + 24 + 16);
         assert_eq!(size_of::<FrozenParams>(), 24 + 16 + 16);
-        assert_eq!(size_of::<CutParams>(), 24 + 48);
-        assert_eq!(size_of::<ApplyParams>(), 40 + 48);
-        assert_eq!(size_of::<RedParams>(), 40 + 48);
-        assert_eq!(size_of::<BFinParams>(), 48 + 48 + 8 + 16);
-        assert_eq!(size_of::<DxParams>(), 56 + 48);
+        assert_eq!(size_of::<CutParams>(), 24 + 72);
+        assert_eq!(size_of::<ApplyParams>(), 40 + 72);
+        assert_eq!(size_of::<RedParams>(), 40 + 72);
+        assert_eq!(size_of::<BFinParams>(), 48 + 72 + 8 + 16);
+        assert_eq!(size_of::<DxParams>(), 56 + 72);
     }
 }

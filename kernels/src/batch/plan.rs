@@ -192,18 +192,19 @@ pub fn batch_names() -> Vec<String> {
     v
 }
 
-/// Kernels that stream their tensor with 16-byte vectors (`ld.global.nc.v4`) on the aligned path
-/// (the compile gate checks them): stats and reductions of either layout except the scalar NC
-/// Top-k pass and the 8-byte NC reductions, apply and dx (which also store 16-byte vectors).
-pub fn batch_vector_loads(name: &str) -> bool {
-    let scalar = name.starts_with("nl_bn_stats2_topk_nc_")
-        || name.starts_with("nl_bn_reduce_l1_nc_")
-        || name.starts_with("nl_bn_reduce_sel_nc_");
-    !scalar
-        && (name.starts_with("nl_bn_stats")
-            || name.starts_with("nl_bn_reduce")
-            || name.starts_with("nl_bn_apply")
-            || name.starts_with("nl_bn_dx"))
+/// Width in bytes of the read-only vector loads (`ld.global.nc.v4.u32`: 16, `.v2.u32`: 8) a kernel
+/// streams its tensor with on the aligned path (the compile gate checks them), None for the
+/// kernels without a vector path (finalize, frozen, cut, and the scalar NC Top-k pass, one
+/// channel per thread). The NC reductions that need x, dy and the statistics of their channels
+/// (plain, l1, sel) read 4 channels (8 bytes) per thread: 8 took 128 registers and spilled.
+pub fn batch_vector_loads(name: &str) -> Option<u32> {
+    if name.starts_with("nl_bn_stats2_topk_nc_") {
+        return None;
+    }
+    if ["nl_bn_reduce_plain_nc_", "nl_bn_reduce_l1_nc_", "nl_bn_reduce_sel_nc_"].iter().any(|p| name.starts_with(p)) {
+        return Some(8);
+    }
+    ["nl_bn_stats", "nl_bn_reduce", "nl_bn_apply", "nl_bn_dx"].iter().any(|p| name.starts_with(p)).then_some(16)
 }
 
 /// Kernels that store 16-byte vectors (`st.global.wb.v4`).
@@ -233,12 +234,24 @@ pub fn plan_batch(norm: &BatchNorm, storage: Storage, layout: Layout, tuning: &B
     if m > i32::MAX as usize {
         return Err(KernelError::TooLarge { what: "elements per channel (N*H*W)", value: m, bits: 31 });
     }
-    if layout.len() > i64::MAX as usize / 2 {
-        return Err(KernelError::TooLarge { what: "elements", value: layout.len(), bits: 62 });
+    // Flat indices are divided through f64 (exact below 2^52, see `Geo`).
+    if layout.len() >= 1usize << 52 {
+        return Err(KernelError::TooLarge { what: "elements", value: layout.len(), bits: 52 });
     }
     let chunk = tuning.chunk(m);
     let nchunks = m.div_ceil(chunk);
-    let geo = Geo { n: n as i64, c: c as i64, hw: hw as i64, m: m as i64, chunk: chunk as i64, nchunks: nchunks as i32, vec: 0 };
+    let geo = Geo {
+        n: n as i64,
+        c: c as i64,
+        hw: hw as i64,
+        m: m as i64,
+        chunk: chunk as i64,
+        nchunks: nchunks as i32,
+        vec: 0,
+        rhw: 1.0 / hw as f64,
+        rc: 1.0 / c as f64,
+        rnch: 1.0 / nchunks as f64,
+    };
     let cap = (device.sm_count * device.blocks_per_sm).max(1) as usize;
     let grid = |items: usize| items.clamp(1, cap) as u32;
     let (tiles, tiles_topk) = match layout {

@@ -5,6 +5,16 @@
 #include "simt_cpu.h"
 #include "batchnorm.cu"
 
+// The Rust side (normlab_kernels::batch::params) mirrors these layouts.
+static_assert(sizeof(nlb::Geo) == 72);
+static_assert(sizeof(nlb::Aux) == 24);
+static_assert(sizeof(nlb::Rec1) == 32 && sizeof(nlb::RecB) == 32);
+static_assert(sizeof(nlb::Stats1Params) == 16 + 72 && sizeof(nlb::Stats2Params) == 24 + 72 + 8);
+static_assert(sizeof(nlb::Fin1Params) == 40 + 72 + 24 + 16 && sizeof(nlb::Fin2Params) == 32 + 72 + 24 + 16);
+static_assert(sizeof(nlb::FrozenParams) == 56 && sizeof(nlb::CutParams) == 24 + 72);
+static_assert(sizeof(nlb::ApplyParams) == 40 + 72 && sizeof(nlb::RedParams) == 40 + 72);
+static_assert(sizeof(nlb::BFinParams) == 48 + 72 + 8 + 16 && sizeof(nlb::DxParams) == 56 + 72);
+
 namespace {
 enum BSig { S1, S2, F1, F2, FR, CU, AP, RD, BF, DX };
 struct BEntry {

@@ -120,6 +120,9 @@ struct Geo {
   i64 chunk;    // positions per chunk (a multiple of 8)
   int nchunks;  // chunks per channel, ceil(m / chunk)
   int vec;      // 16-byte vectors allowed for this launch's pointers (set by the host)
+  double rhw;   // 1 / hw, 1 / c, 1 / nchunks (host-rounded): divisions without 64-bit division calls
+  double rc;
+  double rnch;
 };
 
 /// stats1 record of one (channel, chunk): 32 bytes.
@@ -285,6 +288,13 @@ __device__ __forceinline__ float lanef(const uint4& u, int j) {
   return Cvt<T>::bits_to((unsigned short)(word_of(u, j >> 1) >> ((j & 1) * 16)));
 }
 
+/// 16-byte read-only global loads (ld.global.nc.v4 / .v2): the inputs are never written by the
+/// kernel that reads them.
+template <class T>
+__device__ __forceinline__ uint4 ld16(const T* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+template <class T>
+__device__ __forceinline__ uint2 ld8(const T* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+
 /// 16-byte global store kept whole (st.global.wb.v4), as in rownorm.cu.
 __device__ __forceinline__ void store16(uint4* p, uint4 v) {
 #ifdef SIMT_CPU
@@ -375,6 +385,26 @@ __device__ __forceinline__ int sgn_i(float z) { return z > 0.0f ? 1 : (z < 0.0f 
 /// Is the element at channel position `pos` with |z| = a selected (L-inf, Top-k)?
 __device__ __forceinline__ bool selected(float a, i64 pos, float t, i64 cut) { return a > t || (a == t && pos <= cut); }
 
+/// q = a / d, r = a % d for 0 <= a < 2^52, 1 <= d, with rd = 1/d rounded: the f64 estimate is
+/// off by at most one, then corrected exactly in integers. (A 64-bit integer division is a
+/// subroutine call in PTX whose calling convention spills registers; the gate forbids spills.)
+__device__ __forceinline__ i64 divmod(i64 a, i64 d, double rd, i64& r) {
+  i64 q = (i64)((double)a * rd);
+  r = a - q * d;
+  if (r < 0) {
+    q--;
+    r += d;
+  } else if (r >= d) {
+    q++;
+    r -= d;
+  }
+  return q;
+}
+__device__ __forceinline__ i64 div_(i64 a, i64 d, double rd) {
+  i64 r;
+  return divmod(a, d, rd, r);
+}
+
 /// Offset of channel position `pos` of channel `ch` in the tensor.
 __device__ __forceinline__ i64 offset_of(const Geo& g, i64 ch, i64 pos) {
   const unsigned up = (unsigned)pos, uhw = (unsigned)g.hw;
@@ -442,19 +472,20 @@ __device__ __forceinline__ V nc_reduce(V (&v)[CPT], Op op) {
 
 // ------------------------------------------------------------------ element access
 /// Call f(pos, value) for this thread's positions of [t0, t1) of channel ch (NCHW mapping).
-template <class T, class F>
+/// UNROLL: vectors in flight per thread (1 for the Top-k insertion, whose body is large).
+template <class T, int UNROLL = 2, class F>
 __device__ __forceinline__ void visit_nchw(const T* __restrict__ x, const Geo& g, i64 ch, i64 t0, i64 t1, F&& f) {
   const int r = (int)threadIdx.x;
   if (g.vec) {
     // t0, t1 and every slab start are multiples of 8: a vector never leaves its slab.
-#pragma unroll 2
+#pragma unroll UNROLL
     for (i64 t = t0 + (i64)r * VEC; t < t1; t += (i64)THREADS * VEC) {
-      const uint4 q = *reinterpret_cast<const uint4*>(x + offset_of(g, ch, t));
+      const uint4 q = ld16(x + offset_of(g, ch, t));
 #pragma unroll
       for (int j = 0; j < VEC; j++) f(t + j, lanef<T>(q, j));
     }
   } else {
-#pragma unroll 4
+#pragma unroll (2 * UNROLL)
     for (i64 t = t0 + r; t < t1; t += THREADS) f(t, Cvt<T>::to(x[offset_of(g, ch, t)]));
   }
 }
@@ -464,11 +495,11 @@ __device__ __forceinline__ void visit_nchw(const T* __restrict__ x, const Geo& g
 template <class T, int CPT>
 __device__ __forceinline__ void load_cols(const T* __restrict__ row, i64 cb, i64 c, bool vec, float (&v)[CPT]) {
   if (CPT == 8 && vec) {
-    const uint4 q = *reinterpret_cast<const uint4*>(row + cb);
+    const uint4 q = ld16(row + cb);
 #pragma unroll
     for (int j = 0; j < CPT; j++) v[j] = lanef<T>(q, j);
   } else if (CPT == 4 && vec) {
-    const uint2 q = *reinterpret_cast<const uint2*>(row + cb);
+    const uint2 q = ld8(row + cb);
 #pragma unroll
     for (int j = 0; j < CPT; j++) v[j] = Cvt<T>::bits_to((unsigned short)(((j < 2) ? q.x : q.y) >> ((j & 1) * 16)));
   } else {
@@ -530,11 +561,11 @@ __device__ __forceinline__ TopkResult warp_topk_merge(float (&a)[TOPK_MAX], int 
     run = (t > 0 && v == r.kth) ? run + 1 : 1;
     r.kth = v;
     if (out && lane == 0) out[t] = v;
-    if (lane == l) {
+    // Pop the winner's head, branch free (a divergent shift made ptxas outline it and spill).
+    const bool pop = lane == l;
 #pragma unroll
-      for (int i = 0; i < TOPK_MAX - 1; i++) a[i] = a[i + 1];
-      a[TOPK_MAX - 1] = -1.0f;
-    }
+    for (int i = 0; i < TOPK_MAX - 1; i++) a[i] = pop ? a[i + 1] : a[i];
+    a[TOPK_MAX - 1] = pop ? -1.0f : a[TOPK_MAX - 1];
   }
   r.n_gt = k - run;
   return r;
@@ -571,7 +602,7 @@ __device__ __forceinline__ void stats1_nchw(const Stats1Params& p) {
   const T* __restrict__ x = static_cast<const T*>(p.x);
   const i64 items = g.c * (i64)g.nchunks;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 ch = it / g.nchunks, j = it - ch * g.nchunks;
+    const i64 ch = div_(it, g.nchunks, g.rnch), j = it - ch * g.nchunks;
     const i64 t0 = j * g.chunk, t1 = min(t0 + g.chunk, g.m);
     Acc1<F> acc;
     acc.init();
@@ -595,7 +626,7 @@ __device__ __forceinline__ void stats1_nc(const Stats1Params& p) {
   const i64 tiles = (g.c + NC_TILE - 1) / NC_TILE;
   const i64 items = tiles * (i64)g.nchunks;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 tile = it / g.nchunks, j = it - tile * g.nchunks;
+    const i64 tile = div_(it, g.nchunks, g.rnch), j = it - tile * g.nchunks;
     const i64 c0 = tile * NC_TILE, r0 = j * g.chunk, r1 = min(r0 + g.chunk, g.n);
     Acc1<F> acc[CPT];
 #pragma unroll
@@ -634,7 +665,7 @@ __device__ __forceinline__ void stats2_l1_nchw(const Stats2Params& p) {
   double* out = static_cast<double*>(p.out);
   const i64 items = g.c * (i64)g.nchunks;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 ch = it / g.nchunks, j = it - ch * g.nchunks;
+    const i64 ch = div_(it, g.nchunks, g.rnch), j = it - ch * g.nchunks;
     const i64 t0 = j * g.chunk, t1 = min(t0 + g.chunk, g.m);
     const Chan c = chan_of(p.stats[ch]);
     double acc = 0.0;
@@ -653,7 +684,7 @@ __device__ __forceinline__ void stats2_l1_nc(const Stats2Params& p) {
   const i64 tiles = (g.c + NC_TILE - 1) / NC_TILE;
   const i64 items = tiles * (i64)g.nchunks;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 tile = it / g.nchunks, j = it - tile * g.nchunks;
+    const i64 tile = div_(it, g.nchunks, g.rnch), j = it - tile * g.nchunks;
     const i64 c0 = tile * NC_TILE, r0 = j * g.chunk, r1 = min(r0 + g.chunk, g.n);
     const i64 cb = c0 + (i64)((int)threadIdx.x % COLS) * CPT;
     Chan c[CPT];
@@ -685,20 +716,20 @@ __device__ __forceinline__ void stats2_topk_nchw(const Stats2Params& p) {
   const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
   const i64 items = g.c * (i64)g.nchunks;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 ch = it / g.nchunks, j = it - ch * g.nchunks;
+    const i64 ch = div_(it, g.nchunks, g.rnch), j = it - ch * g.nchunks;
     const i64 t0 = j * g.chunk, t1 = min(t0 + g.chunk, g.m);
     const Chan c = chan_of(p.stats[ch]);
     float a[TOPK_MAX];
 #pragma unroll
     for (int i = 0; i < TOPK_MAX; i++) a[i] = -1.0f;
-    visit_nchw<T>(x, g, ch, t0, t1, [&](i64, float v) { topk_insert(a, fabsf(c.z(v))); });
+    visit_nchw<T, 1>(x, g, ch, t0, t1, [&](i64, float v) { topk_insert(a, fabsf(c.z(v))); });
     warp_topk_merge(a, k, s_top + warp * TOPK_MAX);
     __syncthreads();
-    if (warp == 0) {
+    // Every warp merges the warps' winners (no warp-dependent branch around the collectives:
+    // that made ptxas spill); warp 0 writes them.
 #pragma unroll
-      for (int i = 0; i < TOPK_MAX; i++) a[i] = (lane < WARPS && i < k) ? s_top[lane * TOPK_MAX + i] : -1.0f;
-      warp_topk_merge(a, k, out + it * k);
-    }
+    for (int i = 0; i < TOPK_MAX; i++) a[i] = (lane < WARPS && i < k) ? s_top[lane * TOPK_MAX + i] : -1.0f;
+    warp_topk_merge(a, k, warp == 0 ? out + it * k : nullptr);
     __syncthreads();
   }
 }
@@ -716,7 +747,7 @@ __device__ __forceinline__ void stats2_topk_nc(const Stats2Params& p) {
   const i64 tiles = (g.c + NCK_TILE - 1) / NCK_TILE;
   const i64 items = tiles * (i64)g.nchunks;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 tile = it / g.nchunks, j = it - tile * g.nchunks;
+    const i64 tile = div_(it, g.nchunks, g.rnch), j = it - tile * g.nchunks;
     const i64 c0 = tile * NCK_TILE, r0 = j * g.chunk, r1 = min(r0 + g.chunk, g.n);
     const i64 ch = c0 + lane;
     float a[TOPK_MAX];
@@ -724,7 +755,7 @@ __device__ __forceinline__ void stats2_topk_nc(const Stats2Params& p) {
     for (int i = 0; i < TOPK_MAX; i++) a[i] = -1.0f;
     if (ch < g.c) {
       const Chan c = chan_of(p.stats[ch]);
-#pragma unroll 4
+#pragma unroll 1
       for (i64 row = r0 + warp; row < r1; row += WARPS) topk_insert(a, fabsf(c.z(Cvt<T>::to(x[row * g.c + ch]))));
     }
 #pragma unroll
@@ -733,7 +764,9 @@ __device__ __forceinline__ void stats2_topk_nc(const Stats2Params& p) {
     if (warp == 0 && ch < g.c) {
 #pragma unroll
       for (int i = 0; i < TOPK_MAX; i++) a[i] = s_list[0][lane][i];
+#pragma unroll 1
       for (int w = 1; w < WARPS; w++)
+#pragma unroll 1
         for (int i = 0; i < k; i++) topk_insert(a, s_list[w][lane][i]);
       float* o = out + (ch * g.nchunks + j) * k;
 #pragma unroll
@@ -1050,8 +1083,10 @@ __device__ __forceinline__ void apply(const ApplyParams& p) {
     // A vector lies in one channel.
     for (i64 v = tid; v < nv; v += stride) {
       const i64 i0 = v * VEC;
-      const Affine a = affine_of<T>(p, (i0 / g.hw) % g.c);
-      const uint4 q = *reinterpret_cast<const uint4*>(x + i0);
+      i64 ch;
+      divmod(div_(i0, g.hw, g.rhw), g.c, g.rc, ch);
+      const Affine a = affine_of<T>(p, ch);
+      const uint4 q = ld16(x + i0);
       float r[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; j++) r[j] = out_of(a, lanef<T>(q, j), hw_, hb);
@@ -1061,9 +1096,9 @@ __device__ __forceinline__ void apply(const ApplyParams& p) {
     // Flat vectors across channels: the channel of each element is tracked.
     for (i64 v = tid; v < nv; v += stride) {
       const i64 i0 = v * VEC;
-      const i64 q0 = i0 / g.hw;
-      i64 k = i0 - q0 * g.hw, ch = q0 % g.c;
-      const uint4 q = *reinterpret_cast<const uint4*>(x + i0);
+      i64 k, ch;
+      divmod(divmod(i0, g.hw, g.rhw, k), g.c, g.rc, ch);
+      const uint4 q = ld16(x + i0);
       float r[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; j++) {
@@ -1077,8 +1112,11 @@ __device__ __forceinline__ void apply(const ApplyParams& p) {
     }
   }
   // Scalar elements: the tail, or everything when vectors are not allowed.
-  for (i64 i = nv * VEC + tid; i < total; i += stride)
-    y[i] = Cvt<T>::from(out_of(affine_of<T>(p, (i / g.hw) % g.c), Cvt<T>::to(x[i]), hw_, hb));
+  for (i64 i = nv * VEC + tid; i < total; i += stride) {
+    i64 ch;
+    divmod(div_(i, g.hw, g.rhw), g.c, g.rc, ch);
+    y[i] = Cvt<T>::from(out_of(affine_of<T>(p, ch), Cvt<T>::to(x[i]), hw_, hb));
+  }
 }
 
 // ------------------------------------------------------------------ backward reductions
@@ -1110,7 +1148,7 @@ __device__ __forceinline__ void reduce_nchw(const RedParams& p) {
   const i64 items = g.c * (i64)g.nchunks;
   const int r = (int)threadIdx.x;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 ch = it / g.nchunks, j = it - ch * g.nchunks;
+    const i64 ch = div_(it, g.nchunks, g.rnch), j = it - ch * g.nchunks;
     const i64 t0 = j * g.chunk, t1 = min(t0 + g.chunk, g.m);
     const Chan c = chan_of(p.stats[ch]);
     float t = 0.0f;
@@ -1125,9 +1163,9 @@ __device__ __forceinline__ void reduce_nchw(const RedParams& p) {
 #pragma unroll 2
       for (i64 pos = t0 + (i64)r * VEC; pos < t1; pos += (i64)THREADS * VEC) {
         const i64 o = offset_of(g, ch, pos);
-        const uint4 qd = *reinterpret_cast<const uint4*>(dy + o);
+        const uint4 qd = ld16(dy + o);
         uint4 qx = make_uint4(0u, 0u, 0u, 0u);
-        if (R != R_MEAN) qx = *reinterpret_cast<const uint4*>(x + o);
+        if (R != R_MEAN) qx = ld16(x + o);
 #pragma unroll
         for (int q = 0; q < VEC; q++) acc.add(c, t, cutpos, pos + q, lanef<T>(qx, q), lanef<T>(qd, q));
       }
@@ -1157,7 +1195,7 @@ __device__ __forceinline__ void reduce_nc(const RedParams& p) {
   const i64 items = tiles * (i64)g.nchunks;
   const int col = (int)threadIdx.x % COLS, rl = (int)threadIdx.x / COLS;
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 tile = it / g.nchunks, j = it - tile * g.nchunks;
+    const i64 tile = div_(it, g.nchunks, g.rnch), j = it - tile * g.nchunks;
     const i64 c0 = tile * NC_TILE, r0 = j * g.chunk, r1 = min(r0 + g.chunk, g.n);
     const i64 cb = c0 + (i64)col * CPT;
     Chan c[CPT];
@@ -1308,11 +1346,11 @@ __device__ __forceinline__ void dx_kernel(const DxParams& p) {
   const i64 nv = g.vec ? total / VEC : 0;
   for (i64 v = tid; v < nv; v += stride) {
     const i64 i0 = v * VEC;
-    const i64 q0 = i0 / g.hw;
-    i64 k = i0 - q0 * g.hw, n = q0 / g.c, ch = q0 - n * g.c;
-    const uint4 qd = *reinterpret_cast<const uint4*>(dy + i0);
+    i64 k, ch;
+    i64 n = divmod(divmod(i0, g.hw, g.rhw, k), g.c, g.rc, ch);
+    const uint4 qd = ld16(dy + i0);
     uint4 qx = make_uint4(0u, 0u, 0u, 0u);
-    if (NEED_X) qx = *reinterpret_cast<const uint4*>(x + i0);
+    if (NEED_X) qx = ld16(x + i0);
     float r[VEC];
     if (g.hw % VEC == 0) {
       const DxChan<D> d = dxchan_of<T, D>(p, ch);
@@ -1334,7 +1372,8 @@ __device__ __forceinline__ void dx_kernel(const DxParams& p) {
     store16(reinterpret_cast<uint4*>(dx + i0), pack8<T>(r));
   }
   for (i64 i = nv * VEC + tid; i < total; i += stride) {
-    const i64 q = i / g.hw, n = q / g.c, ch = q - n * g.c, k = i - q * g.hw;
+    i64 k, ch;
+    const i64 n = divmod(divmod(i, g.hw, g.rhw, k), g.c, g.rc, ch);
     const float xv = NEED_X ? Cvt<T>::to(x[i]) : 0.0f;
     dx[i] = Cvt<T>::from(dx_of<D>(dxchan_of<T, D>(p, ch), n * g.hw + k, xv, Cvt<T>::to(dy[i])));
   }
@@ -1352,7 +1391,12 @@ __device__ __forceinline__ void dx_kernel(const DxParams& p) {
 //   nl_bn_reduce_<plain|l1|sel|mean>_<nc|nchw>_<dt>  backward reductions
 //   nl_bn_bwd_finalize_<dt>, nl_bn_dx_<l2|l1|sel|mean|eval>_<dt>
 //   nl_bn_finalize1, nl_bn_finalize2, nl_bn_frozen   (f64, no storage type)
+// Launch bounds: 256 threads. The Top-k passes also ask for 2 blocks per SM (at most 128
+// registers, the gate's cap): with the thread count alone ptxas capped them at 80 registers
+// and spilled; the other kernels keep ptxas's own (lower) register choice.
 #define NLB_THREADS 256
+#define NLB_LB __launch_bounds__(256)
+#define NLB_LB_TOPK __launch_bounds__(256, 2)
 
 #define NLB_FOR_EACH_DTYPE(X, ...) \
   X(f16, __half, __VA_ARGS__)      \
@@ -1365,9 +1409,10 @@ __device__ __forceinline__ void dx_kernel(const DxParams& p) {
   X(mm, nlb::F_SUM | nlb::F_MM, __VA_ARGS__)         \
   X(sum, nlb::F_SUM, __VA_ARGS__)
 
-// reduce classes with the NC channels per thread (8: a 16-byte vector; 4: 8 bytes, fewer registers)
+// reduce classes with the NC channels per thread (8: a 16-byte vector; 4: 8 bytes, for the classes
+// that need x and dy and the per-channel statistics: CPT = 8 took 128 registers and spilled)
 #define NLB_FOR_EACH_RED(X, ...)             \
-  X(plain, nlb::R_PLAIN, 8, __VA_ARGS__)     \
+  X(plain, nlb::R_PLAIN, 4, __VA_ARGS__)     \
   X(l1, nlb::R_L1, 4, __VA_ARGS__)           \
   X(sel, nlb::R_SEL, 4, __VA_ARGS__)         \
   X(mean, nlb::R_MEAN, 8, __VA_ARGS__)
@@ -1380,50 +1425,50 @@ __device__ __forceinline__ void dx_kernel(const DxParams& p) {
   X(eval, nlb::D_EVAL, __VA_ARGS__)
 
 #define NLB_STATS1(fname, FV, tn, T)                                                                       \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_stats_##fname##_nc_##tn(nlb::Stats1Params p) { \
+  extern "C" __global__ void NLB_LB nl_bn_stats_##fname##_nc_##tn(nlb::Stats1Params p) { \
     nlb::stats1_nc<T, (FV)>(p);                                                                           \
   }                                                                                                        \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_stats_##fname##_nchw_##tn(nlb::Stats1Params p) { \
+  extern "C" __global__ void NLB_LB nl_bn_stats_##fname##_nchw_##tn(nlb::Stats1Params p) { \
     nlb::stats1_nchw<T, (FV)>(p);                                                                         \
   }
 
 #define NLB_RED(rname, RV, CPT, tn, T)                                                                    \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_reduce_##rname##_nc_##tn(nlb::RedParams p) { \
+  extern "C" __global__ void NLB_LB nl_bn_reduce_##rname##_nc_##tn(nlb::RedParams p) { \
     nlb::reduce_nc<T, RV, CPT>(p);                                                                        \
   }                                                                                                        \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_reduce_##rname##_nchw_##tn(nlb::RedParams p) { \
+  extern "C" __global__ void NLB_LB nl_bn_reduce_##rname##_nchw_##tn(nlb::RedParams p) { \
     nlb::reduce_nchw<T, RV>(p);                                                                           \
   }
 
 #define NLB_DX(dname, DV, tn, T)                                                                         \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_dx_##dname##_##tn(nlb::DxParams p) {   \
+  extern "C" __global__ void NLB_LB nl_bn_dx_##dname##_##tn(nlb::DxParams p) {   \
     nlb::dx_kernel<T, DV>(p);                                                                            \
   }
 
 #define NLB_KERNELS_FOR_DTYPE(tn, T, ...)                                                                  \
   NLB_FOR_EACH_FIELDS(NLB_STATS1, tn, T)                                                                   \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_stats2_l1_nc_##tn(nlb::Stats2Params p) {  \
+  extern "C" __global__ void NLB_LB nl_bn_stats2_l1_nc_##tn(nlb::Stats2Params p) {  \
     nlb::stats2_l1_nc<T>(p);                                                                               \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_stats2_l1_nchw_##tn(nlb::Stats2Params p) { \
+  extern "C" __global__ void NLB_LB nl_bn_stats2_l1_nchw_##tn(nlb::Stats2Params p) { \
     nlb::stats2_l1_nchw<T>(p);                                                                             \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_stats2_topk_nc_##tn(nlb::Stats2Params p) { \
+  extern "C" __global__ void NLB_LB_TOPK nl_bn_stats2_topk_nc_##tn(nlb::Stats2Params p) { \
     nlb::stats2_topk_nc<T>(p);                                                                             \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_stats2_topk_nchw_##tn(nlb::Stats2Params p) { \
+  extern "C" __global__ void NLB_LB_TOPK nl_bn_stats2_topk_nchw_##tn(nlb::Stats2Params p) { \
     nlb::stats2_topk_nchw<T>(p);                                                                           \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_cut_##tn(nlb::CutParams p) { nlb::cut<T>(p); } \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_apply_##tn(nlb::ApplyParams p) { nlb::apply<T>(p); } \
+  extern "C" __global__ void NLB_LB nl_bn_cut_##tn(nlb::CutParams p) { nlb::cut<T>(p); } \
+  extern "C" __global__ void NLB_LB nl_bn_apply_##tn(nlb::ApplyParams p) { nlb::apply<T>(p); } \
   NLB_FOR_EACH_RED(NLB_RED, tn, T)                                                                         \
-  extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_bwd_finalize_##tn(nlb::BFinParams p) {    \
+  extern "C" __global__ void NLB_LB nl_bn_bwd_finalize_##tn(nlb::BFinParams p) {    \
     nlb::bwd_finalize<T>(p);                                                                               \
   }                                                                                                         \
   NLB_FOR_EACH_DX(NLB_DX, tn, T)
 
 NLB_FOR_EACH_DTYPE(NLB_KERNELS_FOR_DTYPE, _)
 
-extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_finalize1(nlb::Fin1Params p) { nlb::finalize1(p); }
-extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_finalize2(nlb::Fin2Params p) { nlb::finalize2(p); }
-extern "C" __global__ void __launch_bounds__(NLB_THREADS) nl_bn_frozen(nlb::FrozenParams p) { nlb::frozen(p); }
+extern "C" __global__ void NLB_LB nl_bn_finalize1(nlb::Fin1Params p) { nlb::finalize1(p); }
+extern "C" __global__ void NLB_LB nl_bn_finalize2(nlb::Fin2Params p) { nlb::finalize2(p); }
+extern "C" __global__ void NLB_LB nl_bn_frozen(nlb::FrozenParams p) { nlb::frozen(p); }
