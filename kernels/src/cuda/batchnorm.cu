@@ -432,40 +432,97 @@ __device__ __forceinline__ V warp_all(V v, Op op) {
   return v;
 }
 
-/// Block reduction: warp butterflies, then every thread combines the warp partials in warp order.
-template <class V, class Op>
-__device__ __forceinline__ V block_all(V v, Op op) {
-  __shared__ V red[WARPS];
-  v = warp_all(v, op);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+/// Block reduction of a chunk's fields at once (two doubles summed, an integer summed, three
+/// floats: max, max, min), in two fixed levels through shared memory: 16 threads each fold 16
+/// consecutive threads' partials in thread order, then every thread folds the 16 group results
+/// in order. Two barriers for all fields (per-field butterflies cost 5 shuffle rounds each).
+struct Fold {
+  double a, b;
+  i64 n;
+  float f0, f1, f2;
+};
+
+__device__ __forceinline__ Fold block_fold(Fold v) {
+  constexpr int G = 16, PER = THREADS / G;
+  __shared__ double sa[THREADS], sb[THREADS];
+  __shared__ i64 sn[THREADS];
+  __shared__ float s0[THREADS], s1[THREADS], s2[THREADS];
+  __shared__ double ga[G], gb[G];
+  __shared__ i64 gn[G];
+  __shared__ float g0[G], g1[G], g2[G];
+  const int t = (int)threadIdx.x;
+  sa[t] = v.a;
+  sb[t] = v.b;
+  sn[t] = v.n;
+  s0[t] = v.f0;
+  s1[t] = v.f1;
+  s2[t] = v.f2;
   __syncthreads();
-  V s = red[0];
+  if (t < G) {
+    Fold r{sa[t * PER], sb[t * PER], sn[t * PER], s0[t * PER], s1[t * PER], s2[t * PER]};
+    for (int i = 1; i < PER; i++) {
+      const int j = t * PER + i;
+      r.a += sa[j];
+      r.b += sb[j];
+      r.n += sn[j];
+      r.f0 = fmaxf(r.f0, s0[j]);
+      r.f1 = fmaxf(r.f1, s1[j]);
+      r.f2 = fminf(r.f2, s2[j]);
+    }
+    ga[t] = r.a;
+    gb[t] = r.b;
+    gn[t] = r.n;
+    g0[t] = r.f0;
+    g1[t] = r.f1;
+    g2[t] = r.f2;
+  }
+  __syncthreads();
+  Fold r{ga[0], gb[0], gn[0], g0[0], g1[0], g2[0]};
 #pragma unroll
-  for (int w = 1; w < WARPS; w++) s = op(s, red[w]);
-  __syncthreads();
-  return s;
+  for (int i = 1; i < G; i++) {
+    r.a += ga[i];
+    r.b += gb[i];
+    r.n += gn[i];
+    r.f0 = fmaxf(r.f0, g0[i]);
+    r.f1 = fmaxf(r.f1, g1[i]);
+    r.f2 = fminf(r.f2, g2[i]);
+  }
+  // The next fold writes sa.. only after its callers passed this point, and g.. only after
+  // its first barrier, which every reader of this fold's g.. reaches later: no third barrier.
+  return r;
+}
+
+/// Shared scratch of the NC reductions, one per element type and shape (not per operation).
+template <class V, int R, int C>
+__device__ __forceinline__ V (*nc_buffer())[C] {
+  __shared__ V buf[R][C];
+  return buf;
 }
 
 /// Column reduction on an NC tile of CPT * COLS channels: v[j] is this thread's partial for tile
-/// channel col * CPT + j (col = tid % COLS). Returns, in thread t < CPT * COLS, the tile total of
-/// channel t: butterflies over the row lanes of a warp, then the warps in order.
+/// channel col * CPT + j (col = tid % COLS, row lane tid / COLS). Returns, in thread t < CPT * COLS,
+/// the tile total of channel t. Two fixed levels through shared memory: every thread adds the
+/// partials of a group of consecutive row lanes in order, then thread t adds the groups in order
+/// (no shuffles: CPT values per thread would need CPT butterflies).
 template <int CPT, int COLS, class V, class Op>
 __device__ __forceinline__ V nc_reduce(V (&v)[CPT], Op op) {
-  constexpr int TC = CPT * COLS;
-  __shared__ V red[WARPS][TC];
-  const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+  constexpr int TC = CPT * COLS, ROWS = THREADS / COLS, GROUPS = THREADS / TC, PER = ROWS / GROUPS;
+  static_assert(ROWS % GROUPS == 0, "row lanes split evenly into groups");
+  V(*red)[TC] = nc_buffer<V, ROWS, TC>();
+  V(*red2)[TC] = nc_buffer<V, GROUPS, TC>();
+  const int col = (int)threadIdx.x % COLS, rl = (int)threadIdx.x / COLS;
 #pragma unroll
-  for (int j = 0; j < CPT; j++) {
-    V x = v[j];
-#pragma unroll
-    for (int o = COLS; o < 32; o <<= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
-    if (lane < COLS) red[warp][lane * CPT + j] = x;
-  }
+  for (int j = 0; j < CPT; j++) red[rl][col * CPT + j] = v[j];
   __syncthreads();
-  const int t = (int)threadIdx.x % TC;
-  V s = red[0][t];
+  const int t = (int)threadIdx.x % TC, grp = (int)threadIdx.x / TC;
+  V s = red[grp * PER][t];
 #pragma unroll
-  for (int w = 1; w < WARPS; w++) s = op(s, red[w][t]);
+  for (int r = 1; r < PER; r++) s = op(s, red[grp * PER + r][t]);
+  red2[grp][t] = s;
+  __syncthreads();
+  s = red2[0][t];
+#pragma unroll
+  for (int g2 = 1; g2 < GROUPS; g2++) s = op(s, red2[g2][t]);
   __syncthreads();
   return s;
 }
@@ -553,8 +610,11 @@ __device__ __forceinline__ TopkResult warp_topk_merge(float (&a)[TOPK_MAX], int 
     int l = lane;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int ol = __shfl_xor_sync(0xffffffffu, l, o);
+      // (value, lane) travel as one 64-bit shuffle.
+      const unsigned long long pk =
+          __shfl_xor_sync(0xffffffffu, ((unsigned long long)__float_as_uint(v) << 32) | (unsigned)l, o);
+      const float ov = __uint_as_float((unsigned)(pk >> 32));
+      const int ol = (int)(unsigned)pk;
       if (ov > v || (ov == v && ol < l)) { v = ov; l = ol; }
     }
     r.sum += (double)v;
@@ -607,12 +667,13 @@ __device__ __forceinline__ void stats1_nchw(const Stats1Params& p) {
     Acc1<F> acc;
     acc.init();
     visit_nchw<T>(x, g, ch, t0, t1, [&](i64, float v) { acc.add(v); });
+    const Fold f = block_fold(Fold{acc.a, acc.b, 0, acc.amax, acc.xmax, acc.xmin});
     Rec1 r;
-    r.a = (F & F_SUM) ? block_all(acc.a, OpSum()) : 0.0;
-    r.b = (F & (F_SQ | F_ABS)) ? block_all(acc.b, OpSum()) : 0.0;
-    r.amax = block_all(acc.amax, OpMax());
-    r.xmax = (F & F_MM) ? block_all(acc.xmax, OpMax()) : 0.0f;
-    r.xmin = (F & F_MM) ? block_all(acc.xmin, OpMin()) : 0.0f;
+    r.a = (F & F_SUM) ? f.a : 0.0;
+    r.b = (F & (F_SQ | F_ABS)) ? f.b : 0.0;
+    r.amax = f.f0;
+    r.xmax = (F & F_MM) ? f.f1 : 0.0f;
+    r.xmin = (F & F_MM) ? f.f2 : 0.0f;
     r.pad = 0.0f;
     if (threadIdx.x == 0) p.rec[it] = r;
   }
@@ -670,8 +731,8 @@ __device__ __forceinline__ void stats2_l1_nchw(const Stats2Params& p) {
     const Chan c = chan_of(p.stats[ch]);
     double acc = 0.0;
     visit_nchw<T>(x, g, ch, t0, t1, [&](i64, float v) { acc += (double)fabsf(c.z(v)); });
-    acc = block_all(acc, OpSum());
-    if (threadIdx.x == 0) out[it] = acc;
+    const Fold f = block_fold(Fold{acc, 0.0, 0, 0.0f, 0.0f, 0.0f});
+    if (threadIdx.x == 0) out[it] = f.a;
   }
 }
 
@@ -821,11 +882,16 @@ __device__ __forceinline__ void finalize1(const Fin1Params& p) {
       xmax = fmaxf(xmax, r.xmax);
       xmin = fminf(xmin, r.xmin);
     }
-    sa = warp_all(sa, OpSum());
-    sb = warp_all(sb, OpSum());
+    // Only the fields the kind accumulated (the branches are warp-uniform).
+    const bool use_a = p.kind != RMS && p.kind != UNIT_L2;
+    const bool use_b = p.kind == RMS || p.kind == UNIT_L2 || p.kind == LAYER || p.kind == L1;
+    if (use_a) sa = warp_all(sa, OpSum());
+    if (use_b) sb = warp_all(sb, OpSum());
     amax = warp_all(amax, OpMax());
-    xmax = warp_all(xmax, OpMax());
-    xmin = warp_all(xmin, OpMin());
+    if (p.kind == LINF) {
+      xmax = warp_all(xmax, OpMax());
+      xmin = warp_all(xmin, OpMin());
+    }
     const bool bad = !(isfinite(sa) && isfinite(sb));
     const bool centred = p.centred != 0 || p.kind == MEAN;
     const int e = bad ? 0 : rescue_exponent(amax);
@@ -1176,10 +1242,11 @@ __device__ __forceinline__ void reduce_nchw(const RedParams& p) {
         acc.add(c, t, cutpos, pos, R == R_MEAN ? 0.0f : Cvt<T>::to(x[o]), Cvt<T>::to(dy[o]));
       }
     }
+    const Fold f = block_fold(Fold{acc.a, acc.b, (i64)acc.sg, 0.0f, 0.0f, 0.0f});
     RecB rec;
-    rec.a = R == R_MEAN ? 0.0 : block_all(acc.a, OpSum());
-    rec.b = block_all(acc.b, OpSum());
-    rec.sg = (R == R_L1 || R == R_SEL) ? (i64)block_all(acc.sg, OpSum()) : 0;
+    rec.a = R == R_MEAN ? 0.0 : f.a;
+    rec.b = f.b;
+    rec.sg = (R == R_L1 || R == R_SEL) ? f.n : 0;
     rec.pad = 0;
     if (threadIdx.x == 0) p.rec[it] = rec;
   }
