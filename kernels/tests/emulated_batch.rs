@@ -353,6 +353,9 @@ fn ties_and_offsets() {
         }
         let norm = BatchNorm::Spec(NormSpec::linf(1e-6));
         check_case::<bf16>(&norm, &case(l, Data::Ints(1)), 9, Order::Fwd);
+        // Exact zeros of z: sign(0) = 0 in the L1 gradient (uncentred: every x = 0).
+        let norm = BatchNorm::Spec(NormSpec::l1(1e-6).with_centred(i % 2 == 0));
+        check_case::<f16>(&norm, &case(l, Data::Ints(2)), 10, Order::Fwd);
         for (ni, norm) in [BatchNorm::Spec(NormSpec::layer(1e-5)), BatchNorm::Spec(NormSpec::l1(1e-5)), BatchNorm::MeanOnly].iter().enumerate() {
             if (ni + i) % 2 == 0 {
                 check_case::<f16>(norm, &case(l, gauss(1000.0, 2.0)), 11, Order::Fwd);
