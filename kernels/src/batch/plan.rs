@@ -61,23 +61,31 @@ pub fn kind_code(norm: &BatchNorm) -> i32 {
 }
 
 /// How channels are cut into chunks (positions of the `(n, h, w)` order; rows for `[N, C]`):
-/// `chunk = max(min_chunk, ceil(m / max_chunks))` rounded up to a multiple of 8.
+/// `chunk = max(min_chunk, ceil(m / max_chunks))` rounded up to a multiple of 8, with
+/// `topk_min_chunk` in place of `min_chunk` for Top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchTuning {
     pub min_chunk: usize,
     pub max_chunks: usize,
+    /// Top-k: each thread keeps a 32-entry register list per chunk, and a list fills only after
+    /// 32 of its elements (before that every insertion runs the full 32-step network), then
+    /// 2k warp merge rounds close the chunk. Long chunks amortise both.
+    pub topk_min_chunk: usize,
 }
 
 impl BatchTuning {
     /// 2048 positions (4 KiB of fp16 per channel) up to 256 chunks per channel: 3.2M-element
     /// channels (256 x 112 x 112) get 12544-position chunks; records stay below 0.4% of the input.
-    pub const DEFAULT: BatchTuning = BatchTuning { min_chunk: 2048, max_chunks: 256 };
+    /// Top-k: at least 32768 positions (128 per thread).
+    pub const DEFAULT: BatchTuning = BatchTuning { min_chunk: 2048, max_chunks: 256, topk_min_chunk: 32768 };
     /// Tiny chunks for the emulator tests, so that small shapes have many chunks.
     pub const fn tiny(min_chunk: usize) -> BatchTuning {
-        BatchTuning { min_chunk, max_chunks: 1 << 30 }
+        BatchTuning { min_chunk, max_chunks: 1 << 30, topk_min_chunk: min_chunk }
     }
-    pub fn chunk(&self, m: usize) -> usize {
-        self.min_chunk.max(m.div_ceil(self.max_chunks.max(1))).max(1).div_ceil(8) * 8
+    /// Chunk length for `m` positions per channel (`topk`: the Top-k minimum applies).
+    pub fn chunk(&self, m: usize, topk: bool) -> usize {
+        let min = if topk { self.topk_min_chunk } else { self.min_chunk };
+        min.max(m.div_ceil(self.max_chunks.max(1))).max(1).div_ceil(8) * 8
     }
 }
 
@@ -238,7 +246,7 @@ pub fn plan_batch(norm: &BatchNorm, storage: Storage, layout: Layout, tuning: &B
     if layout.len() >= 1usize << 52 {
         return Err(KernelError::TooLarge { what: "elements", value: layout.len(), bits: 52 });
     }
-    let chunk = tuning.chunk(m);
+    let chunk = tuning.chunk(m, kind == 5);
     let nchunks = m.div_ceil(chunk);
     let geo = Geo {
         n: n as i64,
@@ -346,9 +354,11 @@ mod tests {
         assert_eq!((p.reduce_train.as_str(), p.reduce_eval.as_str()), ("nl_bn_reduce_sel_nchw_f16", "nl_bn_reduce_plain_nchw_f16"));
         assert_eq!((p.dx_train.as_str(), p.dx_eval.as_str()), ("nl_bn_dx_sel_f16", "nl_bn_dx_eval_f16"));
         assert_eq!(p.geo.m, 802816);
-        assert_eq!(p.geo.chunk, 3136);
-        assert_eq!(p.geo.nchunks, 256);
+        assert_eq!(p.geo.chunk, 32768);
+        assert_eq!(p.geo.nchunks, 25);
         assert_eq!(p.grid_items, 132 * 8);
+        let l = plan_batch(&BatchNorm::Spec(NormSpec::layer(1e-5)), Storage::F16, Layout::Nchw { n: 256, c: 64, h: 56, w: 56 }, &BatchTuning::DEFAULT, &Device::H100).unwrap();
+        assert_eq!((l.geo.chunk, l.geo.nchunks), (3136, 256));
         let names = batch_names();
         for n in [&p.stats1, p.stats2.as_ref().unwrap(), &p.apply, &p.reduce_train, &p.dx_train, &p.bwd_finalize] {
             assert!(names.contains(n), "{n}");
