@@ -1,5 +1,6 @@
-//! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel on the GPU against the
-//! f64 reference over many shapes (`crate::gpu::check`), as a table of max ulp errors per
+//! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel and every batch-norm
+//! sequence on the GPU against the f64 reference over many shapes (`crate::gpu::check`,
+//! `crate::gpu::check_batch`), as a table of max ulp errors per
 //! kernel and shape. Exits 1 when a case exceeds its bound, and, with the reason, when there is
 //! no GPU runtime (built without `cuda`), no driver, no device or no NVRTC.
 
@@ -37,7 +38,7 @@ pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
     use crate::gpu::check::{cases, render, run};
     use crate::gpu::GpuError;
 
-    let bar = ProgressBar::new(cases(args.quick).len() as u64);
+    let bar = ProgressBar::new((cases(args.quick).len() + crate::gpu::check_batch::cases(args.quick).len()) as u64);
     bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let report = run(args.gpu, args.quick, &mut |i, _, label| {
         bar.set_position(i as u64);

@@ -82,6 +82,8 @@ pub struct CheckReport {
     pub bound_ulp: f64,
     pub bounds: String,
     pub cases: Vec<CaseCheck>,
+    /// The batch-norm sequences (`crate::gpu::check_batch`), counted in `total` and `failed`.
+    pub batch_cases: Vec<crate::gpu::check_batch::BatchCaseCheck>,
     pub total: usize,
     pub failed: usize,
 }
@@ -339,16 +341,19 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
         };
         out.push(c);
     }
-    let failed = out.iter().filter(|c| !c.pass).count();
+    let rows_done = out.len();
+    let batch_cases = crate::gpu::check_batch::run_cases(&s, quick, &mut |i, n, label| progress(rows_done + i, rows_done + n, label))?;
+    let failed = out.iter().filter(|c| !c.pass).count() + batch_cases.iter().filter(|c| !c.pass).count();
     Ok(CheckReport {
         schema: SCHEMA.to_string(),
         device: s.kernels.info().clone(),
         image: s.kernels.image().clone(),
         bound_ulp: BOUND_ULP,
         bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|)".to_string(),
-        total: out.len(),
+        total: out.len() + batch_cases.len(),
         failed,
         cases: out,
+        batch_cases,
     })
 }
 
@@ -393,6 +398,7 @@ pub fn render(r: &CheckReport) -> String {
             if c.pass { "ok" } else { "FAIL" }
         );
     }
+    s.push_str(&crate::gpu::check_batch::render(&r.batch_cases));
     let _ = writeln!(s, "\n{} of {} cases within {} ulp beyond their slack", r.total - r.failed, r.total, r.bound_ulp);
     s
 }

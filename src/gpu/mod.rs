@@ -9,8 +9,9 @@
 //! - [`ulp`]: errors in ulps of the storage type against the f64 reference.
 //! - with `cuda`: [`nvrtc`] (library, headers, target, compilation), [`device`] (driver checks,
 //!   device properties), [`module`] (compile + load through the cache), [`args`] (parameter
-//!   structs), [`rows`] (launch wrappers of the row kernels), [`copy`] (copy kernel), [`check`]
-//!   (`normlab gpu-check`); with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
+//!   structs), [`rows`] (launch wrappers of the row kernels), [`batch`] (the batch-norm launch
+//!   sequences), [`copy`] (copy kernel), [`check`] and [`check_batch`] (`normlab gpu-check`);
+//!   with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
 //!
 //! Without the `cuda` feature only the pieces that need no driver exist, and the commands that
 //! need a GPU return [`GpuError::NotBuilt`].
@@ -21,10 +22,14 @@ pub mod ulp;
 
 #[cfg(feature = "cuda")]
 pub mod args;
+#[cfg(feature = "cuda")]
+pub mod batch;
 #[cfg(feature = "candle-cuda")]
 pub mod candle_ops;
 #[cfg(feature = "cuda")]
 pub mod check;
+#[cfg(feature = "cuda")]
+pub mod check_batch;
 #[cfg(feature = "cuda")]
 pub mod copy;
 #[cfg(feature = "cuda")]
