@@ -521,6 +521,23 @@ fn edge_channels() {
     }
 }
 
+/// Channels of bf16 values below 2^-126 (fp32 subnormals: rescue exponent < -126) without a bias,
+/// so that the tiny centred outputs themselves are compared, for every kind.
+#[test]
+fn subnormal_channels_without_bias() {
+    let l = Layout::Nchw { n: 2, c: 2, h: 2, w: 4 };
+    let mut rng = Rng(41);
+    let x: Vec<bf16> = (0..l.len()).map(|_| bf16::from_f64(1e-39 * (2.0 + rng.normal()))).collect();
+    let dy: Vec<bf16> = gen(&mut rng, l.len(), gauss(0.0, 1.0));
+    for norm in specs(l.per_channel()) {
+        let c = Case { bias: false, weight: false, chunk: 8, ..case(l, gauss(0.0, 1.0)) };
+        let k = run_kernels(&norm, &c, &x, &dy, None, None, &RunningStats::new(2), &opts(Order::Fwd));
+        let (y_ref, _) = ref_forward(&norm, l, &to64(&x), None, None, Mode::Train, Some(&mut RunningStats::new(2)));
+        let (e, at) = ulp_err(&k.y, &y_ref, &|_| 0.0);
+        assert!(e <= 1.0, "{}: {e} ulp at {at}: {:?} vs {}", name(&norm), k.y[at], y_ref[at]);
+    }
+}
+
 /// check_case with the given input (the first `c.off` elements are padding).
 fn check_given<T: H>(norm: &BatchNorm, c: &Case, xb: &[T], seed: u64) {
     // Route through check_case's machinery by regenerating only dy, w and b.

@@ -945,7 +945,9 @@ __device__ __forceinline__ void finalize1(const Fin1Params& p) {
       t = f_nan();
     }
     float s;
-    if (p.kind == MEAN) s = bad ? f_nan() : pow2(e);  // y = ((x 2^-e - hi) - lo) 2^e: the centred x
+    // Mean-only: y = ((x 2^-e - hi) - lo) 2^e, the centred x (2^e is an fp32 subnormal for
+    // e < -126, exact; pow2 covers only normal exponents).
+    if (p.kind == MEAN) s = bad ? f_nan() : (float)ldexp(1.0, e);
     else if (bad) s = f_nan();
     else s = p.final_pass ? scale_of(d, e) : f_nan();
     if (bad) hi = lo = f_nan();
