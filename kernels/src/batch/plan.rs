@@ -76,15 +76,21 @@ pub struct BatchTuning {
 impl BatchTuning {
     /// 2048 positions (4 KiB of fp16 per channel) up to 256 chunks per channel: 3.2M-element
     /// channels (256 x 112 x 112) get 12544-position chunks; records stay below 0.4% of the input.
-    /// Top-k: at least 32768 positions (128 per thread).
+    /// Top-k: up to 32768 positions (128 per thread) while ~2048 work items remain.
     pub const DEFAULT: BatchTuning = BatchTuning { min_chunk: 2048, max_chunks: 256, topk_min_chunk: 32768 };
     /// Tiny chunks for the emulator tests, so that small shapes have many chunks.
     pub const fn tiny(min_chunk: usize) -> BatchTuning {
         BatchTuning { min_chunk, max_chunks: 1 << 30, topk_min_chunk: min_chunk }
     }
-    /// Chunk length for `m` positions per channel (`topk`: the Top-k minimum applies).
-    pub fn chunk(&self, m: usize, topk: bool) -> usize {
-        let min = if topk { self.topk_min_chunk } else { self.min_chunk };
+    /// Chunk length for `m` positions in each of `c` channels. Top-k: up to `topk_min_chunk`,
+    /// but short enough that the tensor keeps about 2048 work items (a fixed 32768 left e.g.
+    /// `[32, 64, 28, 28]` with 64 blocks), never below `min_chunk`. Depends on the layout only.
+    pub fn chunk(&self, m: usize, c: usize, topk: bool) -> usize {
+        let min = if topk {
+            self.min_chunk.max(self.topk_min_chunk.min(m.saturating_mul(c).div_ceil(2048)))
+        } else {
+            self.min_chunk
+        };
         min.max(m.div_ceil(self.max_chunks.max(1))).max(1).div_ceil(8) * 8
     }
 }
@@ -246,7 +252,7 @@ pub fn plan_batch(norm: &BatchNorm, storage: Storage, layout: Layout, tuning: &B
     if layout.len() >= 1usize << 52 {
         return Err(KernelError::TooLarge { what: "elements", value: layout.len(), bits: 52 });
     }
-    let chunk = tuning.chunk(m, kind == 5);
+    let chunk = tuning.chunk(m, c, kind == 5);
     let nchunks = m.div_ceil(chunk);
     let geo = Geo {
         n: n as i64,
@@ -354,8 +360,12 @@ mod tests {
         assert_eq!((p.reduce_train.as_str(), p.reduce_eval.as_str()), ("nl_bn_reduce_sel_nchw_f16", "nl_bn_reduce_plain_nchw_f16"));
         assert_eq!((p.dx_train.as_str(), p.dx_eval.as_str()), ("nl_bn_dx_sel_f16", "nl_bn_dx_eval_f16"));
         assert_eq!(p.geo.m, 802816);
-        assert_eq!(p.geo.chunk, 32768);
-        assert_eq!(p.geo.nchunks, 25);
+        assert_eq!(p.geo.chunk, 25088);
+        assert_eq!(p.geo.nchunks, 32);
+        let t = plan_batch(&BatchNorm::Spec(NormSpec::topk(5, 1e-5)), Storage::F16, Layout::Nchw { n: 32, c: 64, h: 28, w: 28 }, &BatchTuning::DEFAULT, &Device::H100).unwrap();
+        assert_eq!((t.geo.chunk, t.geo.nchunks), (2048, 13));
+        let t = plan_batch(&BatchNorm::Spec(NormSpec::topk(5, 1e-5)), Storage::F16, Layout::Nchw { n: 256, c: 64, h: 112, w: 112 }, &BatchTuning::DEFAULT, &Device::H100).unwrap();
+        assert_eq!((t.geo.chunk, t.geo.nchunks), (32768, 98));
         assert_eq!(p.grid_items, 132 * 8);
         let l = plan_batch(&BatchNorm::Spec(NormSpec::layer(1e-5)), Storage::F16, Layout::Nchw { n: 256, c: 64, h: 56, w: 56 }, &BatchTuning::DEFAULT, &Device::H100).unwrap();
         assert_eq!((l.geo.chunk, l.geo.nchunks), (3136, 256));
