@@ -13,6 +13,8 @@ fn main() {
     println!("cargo:rerun-if-changed=src/cpu/project_launch.cpp");
     println!("cargo:rerun-if-changed=src/cuda/residual.cu");
     println!("cargo:rerun-if-changed=src/cpu/residual_launch.cpp");
+    println!("cargo:rerun-if-changed=src/cuda/batchnorm.cu");
+    println!("cargo:rerun-if-changed=src/cpu/batch_launch.cpp");
     println!("cargo:rerun-if-env-changed=NORMLAB_KERNELS_SANITIZE");
     let sanitize = std::env::var("NORMLAB_KERNELS_SANITIZE").ok().filter(|s| !s.is_empty());
     let mut b = cc::Build::new();
@@ -21,6 +23,7 @@ fn main() {
         .file("src/cpu/launch.cpp")
         .file("src/cpu/project_launch.cpp")
         .file("src/cpu/residual_launch.cpp")
+        .file("src/cpu/batch_launch.cpp")
         .include("src/cuda")
         // CUDA code reinterprets 16-byte vectors as 16-bit elements in shared memory, which
         // nvcc accepts; tell g++ not to optimise on strict aliasing.

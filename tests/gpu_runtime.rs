@@ -165,3 +165,35 @@ fn disk_cache_with_real_images() {
     assert_eq!((o3, &c[..]), (Origin::Compiled, &a[..]));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The batch-norm kernels (`batchnorm.cu`) through the runtime's NVRTC: every entry takes one
+/// parameter struct whose PTX size and alignment are those of normlab-kernels' `batch::params`.
+#[test]
+fn batch_parameter_structs_match_the_kernels_abi() {
+    use normlab_kernels::batch::params::*;
+    let Some(base) = toolchain("batch parameter ABI check") else { return };
+    let opts = with_arch(&base, "compute_90");
+    let ptx = nvrtc::compile(sources::BATCHNORM_CU, sources::BATCHNORM_CU_NAME, &opts, ImageKind::Ptx, "compute_90").unwrap();
+    let params = entry_params(&String::from_utf8(ptx).unwrap());
+    assert_eq!(params.keys().cloned().collect::<Vec<_>>(), list::batch_names());
+    fn sz<T>() -> (usize, usize) {
+        (align_of::<T>(), size_of::<T>())
+    }
+    for (name, got) in &params {
+        let want = match name.as_str() {
+            "nl_bn_finalize1" => sz::<Fin1Params>(),
+            "nl_bn_finalize2" => sz::<Fin2Params>(),
+            "nl_bn_frozen" => sz::<FrozenParams>(),
+            n if n.starts_with("nl_bn_stats2_") => sz::<Stats2Params>(),
+            n if n.starts_with("nl_bn_stats_") => sz::<Stats1Params>(),
+            n if n.starts_with("nl_bn_cut_") => sz::<CutParams>(),
+            n if n.starts_with("nl_bn_apply_") => sz::<ApplyParams>(),
+            n if n.starts_with("nl_bn_reduce_") => sz::<RedParams>(),
+            n if n.starts_with("nl_bn_bwd_finalize_") => sz::<BFinParams>(),
+            n if n.starts_with("nl_bn_dx_") => sz::<DxParams>(),
+            other => panic!("unexpected entry {other}"),
+        };
+        assert_eq!(*got, want, "{name}: PTX parameter (align, size) vs the Rust struct");
+    }
+    eprintln!("{} batch entries match their parameter structs", params.len());
+}

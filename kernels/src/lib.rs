@@ -18,6 +18,7 @@
 //!
 //! See `kernels/README.md` for the thread mappings, byte counts and the compile-gate report.
 
+pub mod batch;
 pub mod cpu;
 pub mod error;
 pub mod list;

@@ -189,3 +189,8 @@ pub fn update_names() -> Vec<String> {
     v.sort();
     v
 }
+
+/// Every batch-norm entry point (`src/cuda/batchnorm.cu`), sorted (see `batch::plan`).
+pub fn batch_names() -> Vec<String> {
+    crate::batch::batch_names()
+}

@@ -19,3 +19,7 @@ pub const PROJECT_CU_NAME: &str = "project.cu";
 pub const RESIDUAL_CU: &str = include_str!("cuda/residual.cu");
 /// File name to give NVRTC for [`RESIDUAL_CU`].
 pub const RESIDUAL_CU_NAME: &str = "residual.cu";
+/// Batch (per-channel) norms, train/eval, forward/backward, fp16/bf16 (see the file's header).
+pub const BATCHNORM_CU: &str = include_str!("cuda/batchnorm.cu");
+/// File name to give NVRTC for [`BATCHNORM_CU`].
+pub const BATCHNORM_CU_NAME: &str = "batchnorm.cu";

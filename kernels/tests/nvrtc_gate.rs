@@ -454,3 +454,98 @@ fn nvrtc_residual_gate() {
     });
     assert!(failures.is_empty(), "residual compile gate failed:\n{}", failures.join("\n"));
 }
+
+/// The batch-norm kernels (src/cuda/batchnorm.cu): zero local memory (no stack frame, no spill
+/// stores or loads) and at most `REGISTER_CAP` registers on sm_80 and sm_90; the PTX entries are
+/// exactly `list::batch_names()`; the streaming kernels have 128-bit global loads (and apply/dx
+/// 128-bit stores) on their aligned paths (`batch::plan::batch_vector_loads/stores`).
+fn gate_batch(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
+    use normlab_kernels::batch::plan::{batch_vector_loads, batch_vector_stores};
+    let mut failures = Vec::new();
+    let mut opts: Vec<String> = sources::NVRTC_OPTIONS.iter().map(|s| s.to_string()).collect();
+    opts.push(format!("--gpu-architecture=compute_{arch}"));
+    opts.push(format!("-I{}", tc.include.display()));
+    let t0 = std::time::Instant::now();
+    let ptx = match nvrtc.compile(sources::BATCHNORM_CU, sources::BATCHNORM_CU_NAME, &opts) {
+        Ok(p) => p,
+        Err(e) => return vec![format!("batchnorm.cu compute_{arch}: {e}")],
+    };
+    let t_nvrtc = t0.elapsed();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let ptx_path = dir.join(format!("batchnorm_sm{arch}.ptx"));
+    std::fs::write(&ptx_path, &ptx).unwrap();
+    let t1 = std::time::Instant::now();
+    let o = std::process::Command::new(&tc.ptxas)
+        .args(["-v", &format!("-arch=sm_{arch}")])
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(dir.join(format!("batchnorm_sm{arch}.cubin")))
+        .output()
+        .expect("run ptxas");
+    let report = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    if !o.status.success() {
+        return vec![format!("batchnorm.cu sm_{arch}: ptxas failed:\n{report}")];
+    }
+    std::fs::write(dir.join(format!("batchnorm_sm{arch}.ptxas.txt")), &report).unwrap();
+    println!("batchnorm.cu sm_{arch}: NVRTC {:.1} s, ptxas {:.1} s", t_nvrtc.as_secs_f64(), t1.elapsed().as_secs_f64());
+    let res = parse_ptxas(&report);
+    let entries = ptx_entries(&ptx);
+    let got: BTreeSet<String> = entries.keys().cloned().collect();
+    let want: BTreeSet<String> = list::batch_names().into_iter().collect();
+    if want != got {
+        failures.push(format!(
+            "batchnorm.cu sm_{arch}: PTX entries differ from list::batch_names(): missing {:?}, extra {:?}",
+            want.difference(&got).collect::<Vec<_>>(),
+            got.difference(&want).collect::<Vec<_>>()
+        ));
+    }
+    for name in &want {
+        let Some(r) = res.get(name) else {
+            failures.push(format!("sm_{arch}: {name}: no ptxas report"));
+            continue;
+        };
+        let body = entries.get(name).map(String::as_str).unwrap_or("");
+        // Data vectors (uint4 / uint2 of 16-bit elements), not the float4 statistics.
+        let ld4 = body.lines().filter(|l| l.contains("ld.global.nc.v4.u32")).count();
+        let ld2 = body.lines().filter(|l| l.contains("ld.global.nc.v2.u32")).count();
+        let st4 = body.lines().filter(|l| l.contains("st.global") && l.contains(".v4.u32")).count();
+        println!("| {name} | {arch} | {} | {}/{} | {} | {} | {ld4} | {ld2} | {st4} |", r.registers, r.spill_stores, r.spill_loads, r.stack, r.smem);
+        if r.stack != 0 || r.spill_stores != 0 || r.spill_loads != 0 {
+            failures.push(format!("sm_{arch}: {name}: local memory {} B stack, {} B spill stores, {} B spill loads (must be 0)", r.stack, r.spill_stores, r.spill_loads));
+        }
+        if r.registers == 0 || r.registers > REGISTER_CAP {
+            failures.push(format!("sm_{arch}: {name}: {} registers (cap {REGISTER_CAP})", r.registers));
+        }
+        match batch_vector_loads(name) {
+            Some(16) if ld4 == 0 => failures.push(format!("sm_{arch}: {name}: no 128-bit read-only global loads (ld.global.nc.v4.u32)")),
+            Some(8) if ld2 == 0 => failures.push(format!("sm_{arch}: {name}: no 64-bit read-only global loads (ld.global.nc.v2.u32)")),
+            _ => {}
+        }
+        if batch_vector_stores(name) && st4 == 0 {
+            failures.push(format!("sm_{arch}: {name}: no 128-bit global stores"));
+        }
+    }
+    failures
+}
+
+#[test]
+fn nvrtc_batch_gate() {
+    let required = std::env::var("NORMLAB_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    let tc = match toolchain() {
+        Ok(tc) => tc,
+        Err(why) if required => panic!("NORMLAB_REQUIRE_NVRTC=1 but the NVRTC toolchain is missing: {why}"),
+        Err(why) => {
+            eprintln!("\n*** NVRTC BATCH GATE DID NOT RUN: {why}.\n");
+            return;
+        }
+    };
+    let nvrtc = Nvrtc::load(&tc.nvrtc);
+    println!("| kernel | sm | registers | spill st/ld (B) | stack (B) | static smem (B) | ld.nc.v4 | ld.nc.v2 | st.v4 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let (tc, nvrtc) = (&tc, &nvrtc);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = [80u32, 90].iter().map(|&a| s.spawn(move || gate_batch(a, tc, nvrtc))).collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert!(failures.is_empty(), "batch compile gate failed:\n{}", failures.join("\n"));
+}

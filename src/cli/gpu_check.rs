@@ -1,6 +1,8 @@
-//! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel and the fused nGPT/anGPT
-//! residual updates on the GPU against the f64 reference over many shapes (`crate::gpu::check`,
-//! `crate::gpu::check_updates`), as tables of max ulp errors per kernel and shape. Exits 1 when a case exceeds its bound, and, with the reason, when there is
+//! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel, the forward variants, the
+//! fused nGPT/anGPT residual updates and every batch-norm sequence on the GPU against the f64
+//! reference over many shapes (`crate::gpu::check`, `crate::gpu::check_updates`,
+//! `crate::gpu::check_batch`), as tables of max ulp errors per kernel and shape. Exits 1 when a
+//! case exceeds its bound, and, with the reason, when there is
 //! no GPU runtime (built without `cuda`), no driver, no device or no NVRTC.
 
 use clap::Args;

@@ -113,7 +113,9 @@ pub struct CheckReport {
     pub variants: Vec<VariantCheck>,
     /// The fused residual updates (`crate::gpu::check_updates`).
     pub updates: Vec<crate::gpu::check_updates::UpdateCaseCheck>,
-    /// Row cases plus variant cases plus update cases.
+    /// The batch-norm sequences (`crate::gpu::check_batch`), counted in `total` and `failed`.
+    /// Row cases plus variant, update and batch cases.
+    pub batch_cases: Vec<crate::gpu::check_batch::BatchCaseCheck>,
     pub total: usize,
     pub failed: usize,
 }
@@ -477,7 +479,7 @@ pub fn cases(quick: bool) -> Vec<(NormSpec, Storage, usize, usize, bool)> {
 
 /// Number of cases of a run (row kernels and fused updates), for progress bars.
 pub fn total_cases(quick: bool) -> usize {
-    cases(quick).len() + variant_cases(quick).len() + crate::gpu::check_updates::update_cases(quick).len()
+    cases(quick).len() + variant_cases(quick).len() + crate::gpu::check_updates::update_cases(quick).len() + crate::gpu::check_batch::cases(quick).len()
 }
 
 /// Run every case on device `ordinal`; `progress` is called before each case.
@@ -518,18 +520,21 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
         let seed = 0x7570_6461_7465_0000 ^ (i as u64).wrapping_mul(0x9e37_79b9);
         updates.push(run_update_case(&s, &uk, c, seed)?);
     }
-    let failed = out.iter().filter(|c| !c.pass).count() + vout.iter().filter(|c| !c.pass).count() + updates.iter().filter(|c| !c.pass).count();
+    let rows_done = out.len() + vout.len() + updates.len();
+    let batch_cases = crate::gpu::check_batch::run_cases(&s, quick, &mut |i, _, label| progress(rows_done + i, total, label))?;
+    let failed = out.iter().filter(|c| !c.pass).count() + vout.iter().filter(|c| !c.pass).count() + updates.iter().filter(|c| !c.pass).count() + batch_cases.iter().filter(|c| !c.pass).count();
     Ok(CheckReport {
         schema: SCHEMA.to_string(),
         device: s.kernels.info().clone(),
         image: s.kernels.image().clone(),
         bound_ulp: BOUND_ULP,
-        bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|); variants: pure bitwise, e4m3 1 ulp; updates: see the update table".to_string(),
-        total: out.len() + vout.len() + updates.len(),
+        bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|); variants: pure bitwise, e4m3 1 ulp; updates and batch: see their tables".to_string(),
+        total: out.len() + vout.len() + updates.len() + batch_cases.len(),
         failed,
         cases: out,
         variants: vout,
         updates,
+        batch_cases,
     })
 }
 
@@ -597,6 +602,7 @@ pub fn render(r: &CheckReport) -> String {
         );
     }
     s.push_str(&crate::gpu::check_updates::render_updates(&r.updates));
+    s.push_str(&crate::gpu::check_batch::render(&r.batch_cases));
     let _ = writeln!(s, "\n{} of {} cases within {} ulp beyond their slack (or bitwise, pure)", r.total - r.failed, r.total, r.bound_ulp);
     s
 }

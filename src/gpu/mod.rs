@@ -10,8 +10,9 @@
 //! - with `cuda`: [`nvrtc`] (library, headers, target, compilation), [`device`] (driver checks,
 //!   device properties), [`module`] (compile + load through the cache), [`args`] (parameter
 //!   structs), [`rows`] (launch wrappers of the row kernels), [`updates`] (launch wrappers of the
-//!   fused nGPT/anGPT residual updates), [`copy`] (copy kernel), [`check`] and [`check_updates`]
-//!   (`normlab gpu-check`); with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
+//!   fused nGPT/anGPT residual updates), [`batch`] (the batch-norm launch sequences), [`copy`]
+//!   (copy kernel), [`check`], [`check_updates`] and [`check_batch`] (`normlab gpu-check`);
+//!   with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
 //!
 //! Without the `cuda` feature only the pieces that need no driver exist, and the commands that
 //! need a GPU return [`GpuError::NotBuilt`].
@@ -22,10 +23,14 @@ pub mod ulp;
 
 #[cfg(feature = "cuda")]
 pub mod args;
+#[cfg(feature = "cuda")]
+pub mod batch;
 #[cfg(feature = "candle-cuda")]
 pub mod candle_ops;
 #[cfg(feature = "cuda")]
 pub mod check;
+#[cfg(feature = "cuda")]
+pub mod check_batch;
 #[cfg(feature = "cuda")]
 pub mod check_updates;
 #[cfg(feature = "cuda")]
