@@ -17,7 +17,7 @@ for s in "${shapes[@]}"; do
         printf '%-10s %-8s' "$s" "$k"
         for d in f32 f16 bf16; do
             RAYON_NUM_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg" --collect-atstart=no \
-                --toggle-collect='normlab_norms::row::forward_rows_mv' "$bin" "$k" "$d" "$rows" "$n" >/dev/null 2>"$out/log"
+                --toggle-collect='normlab_norms::row::forward_task' "$bin" "$k" "$d" "$rows" "$n" >/dev/null 2>"$out/log"
             ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$out/log")
             printf ' %8.2f' "$(echo "$ir / ($rows * $n)" | bc -l)"
         done

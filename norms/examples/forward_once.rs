@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo build --release -p normlab-norms --example forward_once
-//! valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*forward_rows*' \
+//! valgrind --tool=callgrind --collect-atstart=no --toggle-collect='normlab_norms::row::forward_task' \
 //!     target/release/examples/forward_once rms f16 64 4096
 //! ```
 //!
