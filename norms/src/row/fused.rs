@@ -168,8 +168,17 @@ unsafe fn rows<V: F32x16, S: Storage>(
 ) -> Counters {
     let n = scr.a.len();
     let mut c = Counters::default();
+    let w_max = match w {
+        Some(w) => max_abs::<V>(w),
+        None => 1.0,
+    };
+    let b_max = match b {
+        Some(b) => max_abs::<V>(b),
+        None => 0.0,
+    };
+    let affine_max = (w_max, b_max);
     for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
-        match row::<V, S>(ctx, xr, yr, w, b, &mut scr.a) {
+        match row::<V, S>(ctx, xr, yr, w, b, affine_max, &mut scr.a) {
             Some((stats, bad)) => {
                 *st = stats;
                 c.nonfinite_out += bad;
@@ -180,8 +189,27 @@ unsafe fn rows<V: F32x16, S: Storage>(
     c
 }
 
+/// The largest `|v|` of a weight or bias (infinity if some value is NaN or infinite).
+#[inline(always)]
+unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
+    let full = v.len() - v.len() % W;
+    let mut big = V::splat(0.0);
+    let mut i = 0;
+    while i < full {
+        big = big.max_abs_bits(V::load_f32(v.as_ptr().add(i)));
+        i += W;
+    }
+    let bits = big.to_array().iter().chain(&v[full..]).map(|m| m.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0);
+    if bits >= 0x7F80_0000 {
+        f64::INFINITY
+    } else {
+        f32::from_bits(bits) as f64
+    }
+}
+
 /// One row: statistics, then the normalized output with the number of non-finite values in
 /// it; `None` (nothing written) when the statistics need the generic kernel's rescue.
+/// `affine_max`: the largest `|w_j|` (1 without a weight) and `|b_j|` (0 without a bias).
 #[inline(always)]
 unsafe fn row<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -189,32 +217,67 @@ unsafe fn row<V: F32x16, S: Storage>(
     y: &mut [S],
     w: Option<&[f32]>,
     b: Option<&[f32]>,
+    affine_max: (f64, f64),
     abs: &mut [f32],
 ) -> Option<(RowStats, u64)> {
-    let raw = raw_stats::<V, S>(ctx, x, abs);
+    let (raw, z_max) = raw_stats::<V, S>(ctx, x, abs);
     if needs_rescue(ctx, &raw) {
         return None;
     }
-    let bad = normalize_store::<V, S>(ctx, x, y, &raw, w, b);
+    let check = !outputs_surely_finite::<S>(z_max, raw.s, affine_max);
+    let bad = normalize_store::<V, S>(ctx, x, y, &raw, w, b, check);
     Some((raw.widen(0), bad))
 }
 
+/// Whether every output `((z * s) * w) + b` of a row is finite in the storage type, given an
+/// upper bound of `|z|` over the row: then the store pass need not look for non-finite values.
+/// Each f32 operation rounds its exact result up by a factor of at most `1 + 2^-24` (or to the
+/// next subnormal, far below the bound's slack), so `(z_max * s * w_max) * (1 + 2^-20) + b_max`,
+/// enlarged once more, bounds every computed `|output|`; a bound of at most the type's largest
+/// finite value rounds to a finite value. A NaN or infinite weight or bias makes the bound
+/// infinite (checked).
+fn outputs_surely_finite<S: Storage>(z_max: f64, s: f32, (w_max, b_max): (f64, f64)) -> bool {
+    let bound = (z_max * s as f64 * w_max * (1.0 + 2f64.powi(-20)) + b_max) * (1.0 + 2f64.powi(-20));
+    bound <= f32::from_bits(S::MAX_FINITE_BITS) as f64
+}
+
+/// Relative slack of a lane sum of n non-negative f32 terms: the exact sum of the (rounded)
+/// terms is at most the computed one times this. Each lane adds at most n/16 + 1 terms, the
+/// combine four more levels, each rounding by at most `1 + 2^-24`, and forming a term (a
+/// square) rounds once more: `(1 + 2^-24)^(n/16 + 6) < 1 + (n + 128) 2^-23`.
+fn sum_slack(n: usize) -> f64 {
+    1.0 + (n as f64 + 128.0) * 2f64.powi(-23)
+}
+
+/// Absolute slack of the bounds: covers squares that underflowed (each below 2^-149, so at most
+/// `sqrt(n) 2^-74.5` on a root for any n < 2^69).
+const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
+
 /// `stats::compute` over the storage: the same reductions, fused where two sums read the
-/// same values, and the same `finish_*`.
+/// same values, and the same `finish_*`. Also returns an upper bound of `|z|` over the row
+/// (`z` the centred value the output is made of; meaningful when the statistics are finite),
+/// from the statistics at hand: the root of the sum of squares, the sum or the maximum of `|z|`.
 #[inline(always)]
-unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut [f32]) -> Raw<f32> {
+unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut [f32]) -> (Raw<f32>, f64) {
     let eps = ctx.eps as f32;
     let inv_n = ctx.inv_n;
+    let n = x.len();
     let hi = if ctx.centred { sum::<V, S>(x, |v| v) * inv_n } else { 0.0 };
     match ctx.kind {
-        NormKind::Rms | NormKind::UnitL2 => stats::finish_l2(ctx, hi, sum::<V, S>(x, |v| v * v), eps),
+        NormKind::Rms | NormKind::UnitL2 => {
+            let q = sum::<V, S>(x, |v| v * v);
+            (stats::finish_l2(ctx, hi, q, eps), (q as f64 * sum_slack(n)).sqrt() + ABS_SLACK)
+        }
         NormKind::Layer => {
             let h = V::splat(hi);
             let [d, q] = fold::<V, S, 2>(x, |v, [d, q]| {
                 let t = v - h;
                 [d + t, q + t * t]
             });
-            stats::finish_layer(ctx, hi, lanes::combine(d.to_array()), lanes::combine(q.to_array()), eps)
+            let raw = stats::finish_layer(ctx, hi, lanes::combine(d.to_array()), lanes::combine(q.to_array()), eps);
+            // |t| <= sqrt(sum t^2) for t = x - hi, and z = t - lo rounds once.
+            let t_max = (raw.sumsq as f64 * sum_slack(n)).sqrt() + ABS_SLACK;
+            (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
         }
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
             let lo = if ctx.centred {
@@ -230,7 +293,9 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut
                 // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): skip it.
                 abs_statistic::<V, S>(ctx, x, |v| v.abs(), abs)
             };
-            stats::finish_scaled(ctx, hi, lo, stat, check, eps)
+            // The maximum of |z| itself for L-inf, else |z| <= sum |z| (`check`).
+            let z_max = if ctx.kind == NormKind::LInf { stat as f64 } else { check as f64 * sum_slack(n) + ABS_SLACK };
+            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), z_max)
         }
     }
 }
@@ -355,7 +420,8 @@ unsafe fn fold<V: F32x16, S: Storage, const K: usize>(x: &[S], step: impl Fn(V, 
 
 /// The output row `y = ((x - hi) - lo) * s * w + b` (centred) or `x * s * w + b`, rounded once
 /// into the storage type; returns the number of non-finite outputs. One pass: the affine
-/// terms present are chosen here, outside the loop.
+/// terms present, and whether non-finite outputs are possible at all (`check`), are chosen
+/// here, outside the loop.
 #[inline(always)]
 unsafe fn normalize_store<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -364,17 +430,28 @@ unsafe fn normalize_store<V: F32x16, S: Storage>(
     raw: &Raw<f32>,
     w: Option<&[f32]>,
     b: Option<&[f32]>,
+    check: bool,
 ) -> u64 {
     let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, w: w.unwrap_or(&[]), b: b.unwrap_or(&[]) };
-    match (ctx.centred, w.is_some(), b.is_some()) {
-        (false, false, false) => store_row::<V, S, false, false, false>(x, y, &p),
-        (false, true, false) => store_row::<V, S, false, true, false>(x, y, &p),
-        (false, false, true) => store_row::<V, S, false, false, true>(x, y, &p),
-        (false, true, true) => store_row::<V, S, false, true, true>(x, y, &p),
-        (true, false, false) => store_row::<V, S, true, false, false>(x, y, &p),
-        (true, true, false) => store_row::<V, S, true, true, false>(x, y, &p),
-        (true, false, true) => store_row::<V, S, true, false, true>(x, y, &p),
-        (true, true, true) => store_row::<V, S, true, true, true>(x, y, &p),
+    if check {
+        store_row_variant::<V, S, true>(ctx.centred, w.is_some(), b.is_some(), x, y, &p)
+    } else {
+        store_row_variant::<V, S, false>(ctx.centred, w.is_some(), b.is_some(), x, y, &p)
+    }
+}
+
+/// [`store_row`] for the centring and affine terms given at run time.
+#[inline(always)]
+unsafe fn store_row_variant<V: F32x16, S: Storage, const CHECK: bool>(centred: bool, has_w: bool, has_b: bool, x: &[S], y: &mut [S], p: &Affine) -> u64 {
+    match (centred, has_w, has_b) {
+        (false, false, false) => store_row::<V, S, false, false, false, CHECK>(x, y, p),
+        (false, true, false) => store_row::<V, S, false, true, false, CHECK>(x, y, p),
+        (false, false, true) => store_row::<V, S, false, false, true, CHECK>(x, y, p),
+        (false, true, true) => store_row::<V, S, false, true, true, CHECK>(x, y, p),
+        (true, false, false) => store_row::<V, S, true, false, false, CHECK>(x, y, p),
+        (true, true, false) => store_row::<V, S, true, true, false, CHECK>(x, y, p),
+        (true, false, true) => store_row::<V, S, true, false, true, CHECK>(x, y, p),
+        (true, true, true) => store_row::<V, S, true, true, true, CHECK>(x, y, p),
     }
 }
 
@@ -387,9 +464,10 @@ struct Affine<'a> {
     b: &'a [f32],
 }
 
-/// [`normalize_store`] for one choice of centring, weight and bias.
+/// [`normalize_store`] for one choice of centring, weight and bias. `CHECK`: whether some
+/// output may be non-finite (else none is, and the groups are stored without looking).
 #[inline(always)]
-unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(
+unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const CHECK: bool>(
     x: &[S],
     y: &mut [S],
     p: &Affine,
@@ -400,9 +478,9 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
     // Non-finite outputs (NaN included) are rare: only when some value was large enough to be
     // one is the row stored again with the NaN-exact rounding (bf16), and counted exactly from
     // the stored bits.
-    if store_groups::<V, S, CENTRED, HAS_W, HAS_B, false>(x, y, p) {
+    if store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false>(x, y, p) {
         if S::NON_NAN_STORE_IS_PARTIAL {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true>(x, y, p);
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true>(x, y, p);
         }
         bad += S::count_nonfinite(&y[..full]);
     }
@@ -433,9 +511,10 @@ unsafe fn output<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS_B:
 }
 
 /// The whole 16-value groups of [`store_row`]; returns whether some `|y|` may be non-finite
-/// in the storage type (or is NaN). `EXACT_NAN`: round NaN exactly too.
+/// in the storage type (or is NaN), if `CHECK` (else false). `EXACT_NAN`: round NaN exactly
+/// too (without `CHECK` there is no NaN).
 #[inline(always)]
-unsafe fn store_groups<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const EXACT_NAN: bool>(
+unsafe fn store_groups<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const CHECK: bool, const EXACT_NAN: bool>(
     x: &[S],
     y: &mut [S],
     p: &Affine,
@@ -449,7 +528,9 @@ unsafe fn store_groups<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: 
         let wv = if HAS_W { V::load_f32(wp.add(i)) } else { zero };
         let bv = if HAS_B { V::load_f32(bp.add(i)) } else { zero };
         let r = output::<V, CENTRED, HAS_W, HAS_B>(S::load(xp.add(i)), wv, bv, p);
-        big = big.max_abs_bits(r);
+        if CHECK {
+            big = big.max_abs_bits(r);
+        }
         if EXACT_NAN {
             S::store(r, yp.add(i));
         } else {
@@ -457,7 +538,7 @@ unsafe fn store_groups<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: 
         }
         i += W;
     }
-    big.to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)
+    CHECK && big.to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)
 }
 
 #[cfg(test)]

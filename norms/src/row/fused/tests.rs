@@ -117,36 +117,33 @@ fn stats_bits(s: &RowStats) -> (u64, u64, u64, i32, bool) {
 
 /// Every spec and affine choice on `x` (`rows` rows of n), generic against every level.
 fn compare<S: Storage>(x: &[S], n: usize, w: &[f32], b: &[f32], what: &str) -> usize {
+    specs(n).iter().map(|spec| compare_spec(spec, x, n, w, b, what)).sum()
+}
+
+/// [`compare`] for one spec.
+fn compare_spec<S: Storage>(spec: &NormSpec, x: &[S], n: usize, w: &[f32], b: &[f32], what: &str) -> usize {
     let rows = x.len() / n;
     let mut checked = 0;
-    for spec in specs(n) {
-        let ctx = crate::row::ctx::<f32>(&spec, n).unwrap();
-        for (wo, bo) in [(None, None), (Some(w), None), (None, Some(b)), (Some(w), Some(b))] {
+    let ctx = crate::row::ctx::<f32>(spec, n).unwrap();
+    for (wo, bo) in [(None, None), (Some(w), None), (None, Some(b)), (Some(w), Some(b))] {
+        let mut scr = Scratch::<f32>::new(n);
+        let mut y0 = vec![S::default(); x.len()];
+        let mut s0 = vec![RowStats::default(); rows];
+        let c0 = crate::row::forward_rows::<S, f32>(&ctx, x, &mut y0, &mut s0, wo, bo, &mut scr);
+        for level in levels() {
             let mut scr = Scratch::<f32>::new(n);
-            let mut y0 = vec![S::default(); x.len()];
-            let mut s0 = vec![RowStats::default(); rows];
-            let c0 = crate::row::forward_rows::<S, f32>(&ctx, x, &mut y0, &mut s0, wo, bo, &mut scr);
-            for level in levels() {
-                let mut scr = Scratch::<f32>::new(n);
-                let mut y1 = vec![S::default(); x.len()];
-                let mut s1 = vec![RowStats::default(); rows];
-                let c1 = rows_at::<S>(level, &ctx, x, &mut y1, &mut s1, wo, bo, &mut scr);
-                let ctx_s = || format!("{what} {} n={n} {spec:?} w={} b={} {level:?}", S::DTYPE, wo.is_some(), bo.is_some());
-                assert_eq!(c0, c1, "{}: counters", ctx_s());
-                for r in 0..rows {
-                    assert_eq!(stats_bits(&s0[r]), stats_bits(&s1[r]), "{}: stats of row {r}", ctx_s());
-                }
-                for (j, (a, e)) in y1.iter().zip(&y0).enumerate() {
-                    assert!(
-                        a.to_f64().to_bits() == e.to_f64().to_bits(),
-                        "{}: y[{j}] = {:?}, generic {:?}",
-                        ctx_s(),
-                        a,
-                        e
-                    );
-                }
-                checked += 1;
+            let mut y1 = vec![S::default(); x.len()];
+            let mut s1 = vec![RowStats::default(); rows];
+            let c1 = rows_at::<S>(level, &ctx, x, &mut y1, &mut s1, wo, bo, &mut scr);
+            let ctx_s = || format!("{what} {} n={n} {spec:?} w={} b={} {level:?}", S::DTYPE, wo.is_some(), bo.is_some());
+            assert_eq!(c0, c1, "{}: counters", ctx_s());
+            for r in 0..rows {
+                assert_eq!(stats_bits(&s0[r]), stats_bits(&s1[r]), "{}: stats of row {r}", ctx_s());
             }
+            for (j, (a, e)) in y1.iter().zip(&y0).enumerate() {
+                assert!(a.to_f64().to_bits() == e.to_f64().to_bits(), "{}: y[{j}] = {:?}, generic {:?}", ctx_s(), a, e);
+            }
+            checked += 1;
         }
     }
     checked
@@ -219,4 +216,45 @@ fn fused_hands_rescued_rows_to_the_generic_kernel() {
     x[5 * n + 7] = f32::MAX;
     let (w, b) = affine(&mut rng, n);
     compare::<f32>(&x, n, &in_storage::<f32>(&w), &in_storage::<f32>(&b), "rescued rows");
+}
+
+/// Outputs right at the storage type's largest finite value: the fused kernel skips its
+/// non-finite check when a bound from the statistics says no output can overflow, so the
+/// bound must hold exactly there. One-hot rows make the bound tight (the only nonzero value
+/// is as large as the root of the sum of squares, or the sum of |z|); the weight is scaled so
+/// that the largest output lands just below, at, and just above the limit.
+#[test]
+fn fused_counts_overflowing_outputs_like_generic() {
+    fn at_limit<S: Storage>() {
+        let limit = f32::from_bits(S::MAX_FINITE_BITS) as f64;
+        for n in [16usize, 64, 100, 1024] {
+            let mut rng = Rng(n as u64);
+            let mut x = vec![0.0f64; 3 * n];
+            x[5] = 3.0; // one-hot row
+            x[n..2 * n].iter_mut().for_each(|v| *v = rng.normal());
+            x[2 * n..].iter_mut().for_each(|v| *v = 1.0 + 1e-3 * rng.normal());
+            x[2 * n + 1] = -40.0;
+            let xs: Vec<S> = x.iter().map(|&v| S::from_f64(v)).collect();
+            for spec in specs(n) {
+                // The largest output with a unit weight, from the generic kernel.
+                let ctx = crate::row::ctx::<f32>(&spec, n).unwrap();
+                let mut y = vec![S::default(); xs.len()];
+                let mut st = vec![RowStats::default(); 3];
+                let ones = vec![1.0f32; n];
+                crate::row::forward_rows::<S, f32>(&ctx, &xs, &mut y, &mut st, Some(&ones), None, &mut Scratch::new(n));
+                let top = y.iter().map(|v| v.to_f64().abs()).filter(|v| v.is_finite()).fold(0.0, f64::max);
+                if top == 0.0 {
+                    continue;
+                }
+                for c in [0.999, 0.99999, 1.0, 1.00001, 1.001, 1.1] {
+                    let w = vec![S::from_f64(c * limit / top).to_f32(); n];
+                    let b = vec![0.0f32; n];
+                    compare_spec::<S>(&spec, &xs, n, &w, &b, &format!("outputs at {c} x limit"));
+                }
+            }
+        }
+    }
+    at_limit::<f32>();
+    at_limit::<f16>();
+    at_limit::<bf16>();
 }
