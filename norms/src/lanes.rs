@@ -6,8 +6,11 @@ use crate::accum::Real;
 /// Number of independent accumulators (two AVX registers of f32; four SSE registers).
 pub const LANES: usize = 16;
 
+/// Sum of the lanes, combined pairwise (lane j with lane j + w for w = 8, 4, 2, 1). Every lane
+/// reduction of the crate ends here, the explicit-SIMD ones of `row::fused` included, so they
+/// all give the same value for the same lanes.
 #[inline(always)]
-fn combine<A: Real>(mut acc: [A; LANES]) -> A {
+pub(crate) fn combine<A: Real>(mut acc: [A; LANES]) -> A {
     let mut w = LANES;
     while w > 1 {
         w /= 2;
@@ -93,6 +96,12 @@ pub fn max_map<A: Real>(v: &[A], f: impl Fn(A) -> A) -> A {
         let a = f(x);
         m[j] = if a > m[j] { a } else { m[j] };
     }
+    max_of(m)
+}
+
+/// The largest lane maximum (lanes in order, a later lane wins only if strictly greater).
+#[inline(always)]
+pub(crate) fn max_of<A: Real>(m: [A; LANES]) -> A {
     let mut best = m[0];
     for &v in &m[1..] {
         if v > best {

@@ -130,7 +130,7 @@ pub(crate) fn stats_view<A: Real>(
 }
 
 #[inline(always)]
-fn needs_rescue<A: Real>(ctx: &RowCtx<A>, raw: &super::stats::Raw<A>) -> bool {
+pub(crate) fn needs_rescue<A: Real>(ctx: &RowCtx<A>, raw: &super::stats::Raw<A>) -> bool {
     let overflowed = !raw.check.is_finite() || !raw.s.is_finite();
     let underflow_eps = match ctx.kind {
         NormKind::UnitL2 => A::TINY.sqrt(),

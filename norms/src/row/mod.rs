@@ -37,7 +37,9 @@
 //! bias gradients are summed in 64 fixed row blocks (by shape, not by thread), then in block
 //! order: results are bitwise identical for any number of threads.
 
+mod fused;
 mod kernel;
+mod simd;
 pub(crate) mod stats;
 
 #[allow(unused_imports)]
@@ -191,16 +193,39 @@ fn forward_impl<T: Element, A: Real>(
     let w = widen::<T, A>(weight);
     let b = widen::<T, A>(bias);
     let rows_per_task = (TASK_ELEMS / n).max(1);
+    let level = fused::Level::detect();
     let counters = y
         .par_chunks_mut(n * rows_per_task)
         .zip(x.par_chunks(n * rows_per_task))
         .zip(stats.par_chunks_mut(rows_per_task))
         .map_init(
             || Scratch::<A>::new(n),
-            |scr, ((yc, xc), sc)| forward_rows_mv(&ctx, xc, yc, sc, w.as_deref(), b.as_deref(), scr),
+            |scr, ((yc, xc), sc)| forward_task(level, &ctx, xc, yc, sc, w.as_deref(), b.as_deref(), scr),
         )
         .reduce(Counters::default, |a, b| a + b);
     Ok(counters)
+}
+
+/// Forward of consecutive rows (one parallel task): by the explicit-SIMD kernels of
+/// [`fused`] where they apply (f32 accumulation over f32/f16/bf16 storage), by the generic
+/// kernel otherwise. Both give the same bits. Not inlined, so that a profiler can count
+/// the row work alone (`norms/examples/count_forward.sh`).
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn forward_task<T: Element, A: Real>(
+    level: fused::Level,
+    ctx: &RowCtx<A>,
+    xc: &[T],
+    yc: &mut [T],
+    sc: &mut [RowStats],
+    w: Option<&[A]>,
+    b: Option<&[A]>,
+    scr: &mut Scratch<A>,
+) -> Counters {
+    match fused::forward_rows(level, ctx, xc, yc, sc, w, b, scr) {
+        Some(c) => c,
+        None => forward_rows_mv(ctx, xc, yc, sc, w, b, scr),
+    }
 }
 
 multiversioned! {

@@ -92,13 +92,9 @@ pub(crate) fn desc_total<A: Real>(x: &A, y: &A) -> std::cmp::Ordering {
 /// percent of a Gaussian row, are selected among: one vectorised pass instead of a full
 /// selection. The values returned are the same either way.
 pub(crate) fn top_k_desc<A: Real>(a: &mut [A], k: usize) -> usize {
-    let desc = desc_total::<A>;
     let n = a.len();
-    let mut m = n;
-    if k <= lanes::LANES && n >= 4 * lanes::LANES {
-        let mut maxima = lanes::lane_max(a);
-        maxima.sort_unstable_by(desc);
-        let t0 = maxima[k - 1];
+    if uses_lane_maxima(n, k) {
+        let t0 = kth_largest_lane_max(lanes::lane_max(a), k);
         let mut w = 0;
         for i in 0..n {
             let v = a[i];
@@ -107,14 +103,34 @@ pub(crate) fn top_k_desc<A: Real>(a: &mut [A], k: usize) -> usize {
                 w += 1;
             }
         }
-        if w < k {
-            // Only possible with NaN in the row (whose statistics are NaN anyway).
-            for v in a[w..].iter_mut() {
-                *v = A::from_f64(f64::NAN);
-            }
-            return n;
+        return top_k_of_candidates(a, w, k);
+    }
+    top_k_of_candidates(a, n, k)
+}
+
+/// Whether [`top_k_desc`] pre-selects with the lane maxima (k <= 16, rows of 64 or more).
+#[inline(always)]
+pub(crate) fn uses_lane_maxima(n: usize, k: usize) -> bool {
+    k <= lanes::LANES && n >= 4 * lanes::LANES
+}
+
+/// The k-th largest of the 16 lane maxima: a lower bound of the row's k-th largest value.
+pub(crate) fn kth_largest_lane_max<A: Real>(mut maxima: [A; lanes::LANES], k: usize) -> A {
+    maxima.sort_unstable_by(desc_total);
+    maxima[k - 1]
+}
+
+/// The end of [`top_k_desc`] once the candidates (every value at or above a lower bound of the
+/// k-th largest) are in `a[..m]`: the k largest of them to `a[..k]`, sorted descending.
+/// Returns m. Fewer than k candidates only happen with NaN in the row: then `a` is NaN-filled
+/// and n is returned (the row's statistics are NaN anyway).
+pub(crate) fn top_k_of_candidates<A: Real>(a: &mut [A], m: usize, k: usize) -> usize {
+    let desc = desc_total::<A>;
+    if m < k {
+        for v in a[m..].iter_mut() {
+            *v = A::from_f64(f64::NAN);
         }
-        m = w;
+        return a.len();
     }
     let cand = &mut a[..m];
     if k < m {
@@ -130,44 +146,29 @@ pub(crate) fn top_k_desc<A: Real>(a: &mut [A], k: usize) -> usize {
 /// k/2 ulps (1e-4 relative for k = 4097 in f32); lanes cut that to k/32. `a` is reordered.
 pub(crate) fn topk_mean<A: Real>(a: &mut [A], k: usize) -> A {
     top_k_desc(a, k);
+    mean_of_sorted_top_k(a, k)
+}
+
+/// The mean of `a[..k]` (the k largest, sorted descending by [`top_k_desc`]), summed in lanes.
+#[inline(always)]
+pub(crate) fn mean_of_sorted_top_k<A: Real>(a: &[A], k: usize) -> A {
     lanes::sum_map(&a[..k], |v| v) / A::from_usize(k)
 }
 
 /// Compute the statistics of `x` (already loaded into the accumulator) with the given eps.
 /// `abs_scratch` has room for n values (Top-k only).
+///
+/// The lane reductions are here; what follows them (the scale, the clamp, the overflow check)
+/// is in the `finish_*` functions, shared with the explicit-SIMD kernels of `row::fused`.
 #[inline(always)]
 pub(crate) fn compute<A: Real>(ctx: &RowCtx<A>, x: &[A], eps: A, abs_scratch: &mut [A]) -> Raw<A> {
     let n = x.len();
-    let one = A::one();
-    let (hi, lo) = if ctx.centred {
-        let hi = lanes::sum_map(x, |v| v) * ctx.inv_n;
-        (hi, A::zero())
-    } else {
-        (A::zero(), A::zero())
-    };
+    let hi = if ctx.centred { lanes::sum_map(x, |v| v) * ctx.inv_n } else { A::zero() };
     match ctx.kind {
-        NormKind::Rms | NormKind::UnitL2 => {
-            let q = lanes::sum_map(x, |v| v * v);
-            if matches!(ctx.kind, NormKind::Rms) {
-                let s = one / (q * ctx.inv_n + eps).sqrt();
-                Raw { hi, lo, s, clamped: false, check: q, sumsq: q }
-            } else {
-                let norm = q.sqrt();
-                // Clamp as F.normalize: max(norm, eps); NaN propagates through `check`.
-                let clamped = !(norm >= eps);
-                let d = if clamped { eps } else { norm };
-                Raw { hi, lo, s: one / d, clamped, check: q, sumsq: q }
-            }
-        }
+        NormKind::Rms | NormKind::UnitL2 => finish_l2(ctx, hi, lanes::sum_map(x, |v| v * v), eps),
         NormKind::Layer => {
             let (d, q) = lanes::sum_map2(x, |v| v - hi, |v| (v - hi) * (v - hi));
-            let lo = d * ctx.inv_n;
-            let mut var = q * ctx.inv_n - lo * lo;
-            if var < A::zero() {
-                var = A::zero();
-            }
-            let s = one / (var + eps).sqrt();
-            Raw { hi, lo, s, clamped: false, check: hi + q, sumsq: q }
+            finish_layer(ctx, hi, d, q, eps)
         }
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
             let lo = if ctx.centred { lanes::sum_map(x, |v| v - hi) * ctx.inv_n } else { A::zero() };
@@ -187,18 +188,51 @@ pub(crate) fn compute<A: Real>(ctx: &RowCtx<A>, x: &[A], eps: A, abs_scratch: &m
                 }
                 _ => unreachable!(),
             };
-            // For L-inf and Top-k the whole-row sum in `check` only makes a NaN visible (a
-            // max or a selection drops it). In a pure half accumulator that sum overflows on
-            // rows whose statistic does not (two values near 65504), which is no overflow of
-            // the statistic: there the statistic itself is checked, plus the NaN. The wide
-            // accumulators keep the sum, whose overflow also triggers their exact rescaling.
-            let check = if A::ACCUM.is_wide() || check.is_nan() || matches!(ctx.kind, NormKind::L1) {
-                check
-            } else {
-                stat
-            };
-            let s = one / (ctx.c * stat + eps);
-            Raw { hi, lo, s, clamped: false, check: check + hi, sumsq: A::zero() }
+            finish_scaled(ctx, hi, lo, stat, check, eps)
         }
     }
+}
+
+/// Rms and UnitL2 from the lane sum of squares `q`. `hi` is the (zero) mean of these
+/// uncentred kinds, kept as [`compute`] has always returned it.
+#[inline(always)]
+pub(crate) fn finish_l2<A: Real>(ctx: &RowCtx<A>, hi: A, q: A, eps: A) -> Raw<A> {
+    let (one, lo) = (A::one(), A::zero());
+    if matches!(ctx.kind, NormKind::Rms) {
+        let s = one / (q * ctx.inv_n + eps).sqrt();
+        Raw { hi, lo, s, clamped: false, check: q, sumsq: q }
+    } else {
+        let norm = q.sqrt();
+        // Clamp as F.normalize: max(norm, eps); NaN propagates through `check`.
+        let clamped = !(norm >= eps);
+        let d = if clamped { eps } else { norm };
+        Raw { hi, lo, s: one / d, clamped, check: q, sumsq: q }
+    }
+}
+
+/// LayerNorm from `hi = sum(x)/n` and the lane sums `d = sum(x - hi)`, `q = sum((x - hi)^2)`:
+/// `lo = d/n`, `var = q/n - lo^2` (the corrected two-pass variance, clamped at 0).
+#[inline(always)]
+pub(crate) fn finish_layer<A: Real>(ctx: &RowCtx<A>, hi: A, d: A, q: A, eps: A) -> Raw<A> {
+    let lo = d * ctx.inv_n;
+    let mut var = q * ctx.inv_n - lo * lo;
+    if var < A::zero() {
+        var = A::zero();
+    }
+    let s = A::one() / (var + eps).sqrt();
+    Raw { hi, lo, s, clamped: false, check: hi + q, sumsq: q }
+}
+
+/// L1, L-inf and Top-k from their statistic (mean, max or top-k mean of `|z|`) and `check`,
+/// the lane sum of `|z|`: `D = C * stat + eps`.
+#[inline(always)]
+pub(crate) fn finish_scaled<A: Real>(ctx: &RowCtx<A>, hi: A, lo: A, stat: A, check: A, eps: A) -> Raw<A> {
+    // For L-inf and Top-k the whole-row sum in `check` only makes a NaN visible (a
+    // max or a selection drops it). In a pure half accumulator that sum overflows on
+    // rows whose statistic does not (two values near 65504), which is no overflow of
+    // the statistic: there the statistic itself is checked, plus the NaN. The wide
+    // accumulators keep the sum, whose overflow also triggers their exact rescaling.
+    let check = if A::ACCUM.is_wide() || check.is_nan() || matches!(ctx.kind, NormKind::L1) { check } else { stat };
+    let s = A::one() / (ctx.c * stat + eps);
+    Raw { hi, lo, s, clamped: false, check: check + hi, sumsq: A::zero() }
 }

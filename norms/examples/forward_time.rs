@@ -1,0 +1,81 @@
+//! CPU time of one row-norm forward, less disturbed by other processes than wall-clock time:
+//! the process's CPU time per forward (minimum and median over the repetitions), which is
+//! not inflated by waiting for a core while the machine is shared (it still is by cache and
+//! memory contention). Run it with `RAYON_NUM_THREADS=1` for a single-core time.
+//!
+//! ```text
+//! RAYON_NUM_THREADS=1 NORMLAB_CPU_SIMD=avx2 target/release/examples/forward_time rms f16 4096 1024 20
+//! ```
+//!
+//! Arguments: kind, dtype, rows, n, repetitions (as `forward_once`, plus the repetitions).
+
+use normlab_norms::{bf16, f16, row, Accum, Element, NormKind, NormSpec, RowStats};
+
+fn cpu_seconds() -> f64 {
+    let mut ts = libc_timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { clock_gettime(2 /* CLOCK_PROCESS_CPUTIME_ID */, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+#[repr(C)]
+struct libc_timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clock: i32, ts: *mut libc_timespec) -> i32;
+}
+
+fn run<T: Element>(spec: &NormSpec, rows: usize, n: usize, reps: usize) {
+    let x: Vec<T> = (0..rows * n).map(|i| T::from_f64(((i as f64) * 0.618_033_988_7).fract() * 4.0 - 2.0)).collect();
+    let w: Vec<T> = (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect();
+    let b: Vec<T> = (0..n).map(|i| T::from_f64(0.01 * (i % 5) as f64)).collect();
+    let bias = (spec.kind == NormKind::Layer).then_some(&b[..]);
+    let mut y = vec![T::default(); rows * n];
+    let mut st = vec![RowStats::default(); rows];
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps + 1 {
+        let t0 = cpu_seconds();
+        row::forward(spec, Accum::F32, &x, n, Some(&w), bias, &mut y, Some(&mut st)).expect("forward");
+        times.push(cpu_seconds() - t0);
+    }
+    times.remove(0); // warm-up
+    times.sort_by(f64::total_cmp);
+    let bytes = (2 * rows * n * std::mem::size_of::<T>()) as f64;
+    let (min, med) = (times[0], times[times.len() / 2]);
+    println!(
+        "{:<8} {:<5} {rows}x{n}: cpu min {:.3} ms, median {:.3} ms ({:.1} GB/s of cpu time at the minimum)",
+        spec.kind.name(),
+        T::DTYPE,
+        min * 1e3,
+        med * 1e3,
+        bytes / min / 1e9
+    );
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() < 6 {
+        eprintln!("usage: forward_time KIND DTYPE ROWS N REPS");
+        std::process::exit(2);
+    }
+    let kind = match a[1].as_str() {
+        "rms" => NormKind::Rms,
+        "layer" => NormKind::Layer,
+        "unit-l2" => NormKind::UnitL2,
+        "l1" => NormKind::L1,
+        "linf" => NormKind::LInf,
+        "topk" => NormKind::TopK { k: 8 },
+        other => panic!("unknown kind {other}"),
+    };
+    let spec = NormSpec::new(kind, 1e-5);
+    let (rows, n, reps): (usize, usize, usize) = (a[3].parse().expect("ROWS"), a[4].parse().expect("N"), a[5].parse().expect("REPS"));
+    match a[2].as_str() {
+        "f32" => run::<f32>(&spec, rows, n, reps),
+        "f16" => run::<f16>(&spec, rows, n, reps),
+        "bf16" => run::<bf16>(&spec, rows, n, reps),
+        other => panic!("unknown dtype {other}"),
+    }
+}

@@ -1,0 +1,561 @@
+//! The row forward with f32 accumulation over f32, f16 or bf16 storage, in explicit SIMD:
+//! the same numbers as the generic kernel (`kernel.rs`), bit for bit, with fewer instructions.
+//!
+//! # Why a second implementation
+//! The generic kernel widens a row into an f32 scratch row, makes one autovectorised pass per
+//! statistic, normalizes into a second scratch row, narrows that into the output and counts
+//! the output's non-finite values: five to seven passes for a row that sits in L1, and on two
+//! cores the 16-bit forwards were limited by those instructions, not by memory. Here each pass
+//! reads the storage directly (widening f16 is one instruction per 8 values, as cheap as a
+//! load), several sums that the autovectoriser would not fuse share one pass, and the
+//! normalization, the rounding into the storage type and the non-finite check are one pass.
+//!
+//! # Why the results are identical
+//! Every statistic is the same 16-lane reduction as `crate::lanes` (lane j takes elements
+//! j, j + 16, ... in order, [`F32x16`] holds the 16 lanes, a row's tail updates only its
+//! lanes), with the same operations in the same order and the same final combine; the scalar
+//! steps after the reductions are the very functions of `stats.rs` (`finish_*`); the
+//! normalization is the same expression per element; and the roundings into f16/bf16 are
+//! bit-identical to `convert`'s. Rows that need more than that (an overflowing or underflowing
+//! statistic, a non-finite input) go through the generic kernel, which rescales them.
+//! `fused::tests` compares both paths bit for bit.
+
+use super::kernel::{needs_rescue, Scratch};
+use super::simd::{load_partial, store_partial, F32x16, Storage, W};
+use super::stats::{self, Raw, RowCtx, RowStats};
+use crate::accum::Real;
+use crate::counters::Counters;
+use crate::element::Element;
+use crate::lanes;
+use crate::spec::NormKind;
+
+/// Run `$body` with `$i` = 0, 16, 32, ... below `$full` (a multiple of 16), two groups per
+/// iteration: the loop control (three instructions) is then paid once per 32 values, which
+/// matters when the body is ten instructions (AVX-512). A macro, not a closure: the body must be
+/// inlined into the function compiled for the CPU's features, which a closure called from
+/// several places may not be.
+macro_rules! each_group {
+    ($full:expr, |$i:ident| $body:block) => {{
+        let full: usize = $full;
+        let pairs = full - full % (2 * W);
+        let mut $i = 0usize;
+        while $i < pairs {
+            $body;
+            $i += W;
+            $body;
+            $i += W;
+        }
+        if $i < full {
+            $body;
+        }
+    }};
+}
+
+/// Which explicit-SIMD implementation runs, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// The generic kernel only.
+    Generic,
+    /// Two AVX registers per 16 lanes (AVX2, FMA, F16C).
+    Avx2,
+    /// One AVX-512 register per 16 lanes (AVX-512F, plus the AVX2 set).
+    Avx512,
+}
+
+impl Level {
+    /// The best level this CPU supports, or the one named by `NORMLAB_CPU_SIMD` (`avx512`,
+    /// `avx2`, `generic`) when the CPU supports that one: for comparing the implementations on
+    /// the same machine. Detected once.
+    pub(crate) fn detect() -> Level {
+        use std::sync::OnceLock;
+        static LEVEL: OnceLock<Level> = OnceLock::new();
+        *LEVEL.get_or_init(|| {
+            let best = Level::best_supported();
+            match std::env::var("NORMLAB_CPU_SIMD").ok().as_deref().map(str::trim) {
+                Some("generic") => Level::Generic,
+                Some("avx2") if best != Level::Generic => Level::Avx2,
+                _ => best,
+            }
+        })
+    }
+
+    fn best_supported() -> Level {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if super::has_avx2() {
+                return if is_x86_feature_detected!("avx512f") { Level::Avx512 } else { Level::Avx2 };
+            }
+        }
+        Level::Generic
+    }
+}
+
+/// Forward of consecutive rows (one parallel task) by the fused kernels, when they apply: the
+/// accumulator is f32, the storage f32, f16 or bf16, and the CPU has AVX2. `None` otherwise
+/// (the caller runs the generic kernel).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_rows<T: Element, A: Real>(
+    level: Level,
+    ctx: &RowCtx<A>,
+    xc: &[T],
+    yc: &mut [T],
+    sc: &mut [RowStats],
+    w: Option<&[A]>,
+    b: Option<&[A]>,
+    scr: &mut Scratch<A>,
+) -> Option<Counters> {
+    if level == Level::Generic || !same::<A, f32>() {
+        return None;
+    }
+    // SAFETY (all casts below): A is f32 and T is the storage type named (checked by TypeId);
+    // the casts change no type.
+    let ctx = unsafe { &*(ctx as *const RowCtx<A> as *const RowCtx<f32>) };
+    let w = w.map(|w| unsafe { cast::<A, f32>(w) });
+    let b = b.map(|b| unsafe { cast::<A, f32>(b) });
+    let scr = unsafe { &mut *(scr as *mut Scratch<A> as *mut Scratch<f32>) };
+    let (x, y) = (xc, yc);
+    Some(if same::<T, f32>() {
+        rows_at::<f32>(level, ctx, unsafe { cast(x) }, unsafe { cast_mut(y) }, sc, w, b, scr)
+    } else if same::<T, half::f16>() {
+        rows_at::<half::f16>(level, ctx, unsafe { cast(x) }, unsafe { cast_mut(y) }, sc, w, b, scr)
+    } else if same::<T, half::bf16>() {
+        rows_at::<half::bf16>(level, ctx, unsafe { cast(x) }, unsafe { cast_mut(y) }, sc, w, b, scr)
+    } else {
+        return None;
+    })
+}
+
+fn same<T: 'static, U: 'static>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<U>()
+}
+
+/// # Safety
+/// `T` and `U` are the same type.
+unsafe fn cast<T, U>(v: &[T]) -> &[U] {
+    std::slice::from_raw_parts(v.as_ptr() as *const U, v.len())
+}
+
+/// # Safety
+/// `T` and `U` are the same type.
+unsafe fn cast_mut<T, U>(v: &mut [T]) -> &mut [U] {
+    std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut U, v.len())
+}
+
+/// [`rows`] compiled for the given level (which the CPU supports: [`Level::detect`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rows_at<S: Storage>(
+    level: Level,
+    ctx: &RowCtx<f32>,
+    xc: &[S],
+    yc: &mut [S],
+    sc: &mut [RowStats],
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    scr: &mut Scratch<f32>,
+) -> Counters {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2<S: Storage>(
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+        ) -> Counters {
+            rows::<super::simd::avx2::Avx2, S>(ctx, xc, yc, sc, w, b, scr)
+        }
+        #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+        unsafe fn avx512<S: Storage>(
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+        ) -> Counters {
+            rows::<super::simd::avx512::Avx512, S>(ctx, xc, yc, sc, w, b, scr)
+        }
+        match level {
+            // SAFETY: the level's features were detected at run time.
+            Level::Avx512 => return unsafe { avx512(ctx, xc, yc, sc, w, b, scr) },
+            Level::Avx2 => return unsafe { avx2(ctx, xc, yc, sc, w, b, scr) },
+            Level::Generic => {}
+        }
+    }
+    super::forward_rows::<S, f32>(ctx, xc, yc, sc, w, b, scr)
+}
+
+/// The rows of one task: each by [`row`], or by the generic kernel when it needs a rescue.
+#[inline(always)]
+unsafe fn rows<V: F32x16, S: Storage>(
+    ctx: &RowCtx<f32>,
+    xc: &[S],
+    yc: &mut [S],
+    sc: &mut [RowStats],
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    scr: &mut Scratch<f32>,
+) -> Counters {
+    let n = scr.a.len();
+    let mut c = Counters::default();
+    let w_max = match w {
+        Some(w) => max_abs::<V>(w),
+        None => 1.0,
+    };
+    let b_max = match b {
+        Some(b) => max_abs::<V>(b),
+        None => 0.0,
+    };
+    let affine_max = (w_max, b_max);
+    for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
+        match row::<V, S>(ctx, xr, yr, w, b, affine_max, &mut scr.a) {
+            Some((stats, bad)) => {
+                *st = stats;
+                c.nonfinite_out += bad;
+            }
+            None => c += super::forward_rows::<S, f32>(ctx, xr, yr, std::slice::from_mut(st), w, b, scr),
+        }
+    }
+    c
+}
+
+/// The largest `|v|` of a weight or bias (infinity if some value is NaN or infinite).
+#[inline(always)]
+unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
+    let full = v.len() - v.len() % W;
+    let mut big = V::splat(0.0);
+    let mut i = 0;
+    while i < full {
+        big = big.max_abs_bits(V::load_f32(v.as_ptr().add(i)));
+        i += W;
+    }
+    let bits = big.to_array().iter().chain(&v[full..]).map(|m| m.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0);
+    if bits >= 0x7F80_0000 {
+        f64::INFINITY
+    } else {
+        f32::from_bits(bits) as f64
+    }
+}
+
+/// One row: statistics, then the normalized output with the number of non-finite values in
+/// it; `None` (nothing written) when the statistics need the generic kernel's rescue.
+/// `affine_max`: the largest `|w_j|` (1 without a weight) and `|b_j|` (0 without a bias).
+#[inline(always)]
+unsafe fn row<V: F32x16, S: Storage>(
+    ctx: &RowCtx<f32>,
+    x: &[S],
+    y: &mut [S],
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    affine_max: (f64, f64),
+    abs: &mut [f32],
+) -> Option<(RowStats, u64)> {
+    let (raw, z_max) = raw_stats::<V, S>(ctx, x, abs);
+    if needs_rescue(ctx, &raw) {
+        return None;
+    }
+    let check = !outputs_surely_finite::<S>(z_max, raw.s, affine_max);
+    let bad = normalize_store::<V, S>(ctx, x, y, &raw, w, b, check);
+    Some((raw.widen(0), bad))
+}
+
+/// Whether every output `((z * s) * w) + b` of a row is finite in the storage type, given an
+/// upper bound of `|z|` over the row: then the store pass need not look for non-finite values.
+/// Each f32 operation rounds its exact result up by a factor of at most `1 + 2^-24` (or to the
+/// next subnormal, far below the bound's slack), so `(z_max * s * w_max) * (1 + 2^-20) + b_max`,
+/// enlarged once more, bounds every computed `|output|`; a bound of at most the type's largest
+/// finite value rounds to a finite value. A NaN or infinite weight or bias makes the bound
+/// infinite (checked).
+fn outputs_surely_finite<S: Storage>(z_max: f64, s: f32, (w_max, b_max): (f64, f64)) -> bool {
+    let bound = (z_max * s as f64 * w_max * (1.0 + 2f64.powi(-20)) + b_max) * (1.0 + 2f64.powi(-20));
+    bound <= f32::from_bits(S::MAX_FINITE_BITS) as f64
+}
+
+/// Relative slack of a lane sum of n non-negative f32 terms: the exact sum of the (rounded)
+/// terms is at most the computed one times this. Each lane adds at most n/16 + 1 terms, the
+/// combine four more levels, each rounding by at most `1 + 2^-24`, and forming a term (a
+/// square) rounds once more: `(1 + 2^-24)^(n/16 + 6) < 1 + (n + 128) 2^-23`.
+fn sum_slack(n: usize) -> f64 {
+    1.0 + (n as f64 + 128.0) * 2f64.powi(-23)
+}
+
+/// Absolute slack of the bounds: covers squares that underflowed (each below 2^-149, so at most
+/// `sqrt(n) 2^-74.5` on a root for any n < 2^69).
+const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
+
+/// `stats::compute` over the storage: the same reductions, fused where two sums read the
+/// same values, and the same `finish_*`. Also returns an upper bound of `|z|` over the row
+/// (`z` the centred value the output is made of; meaningful when the statistics are finite),
+/// from the statistics at hand: the root of the sum of squares, the sum or the maximum of `|z|`.
+#[inline(always)]
+unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut [f32]) -> (Raw<f32>, f64) {
+    let eps = ctx.eps as f32;
+    let inv_n = ctx.inv_n;
+    let n = x.len();
+    let hi = if ctx.centred { sum::<V, S>(x, |v| v) * inv_n } else { 0.0 };
+    match ctx.kind {
+        NormKind::Rms | NormKind::UnitL2 => {
+            let q = sum::<V, S>(x, |v| v * v);
+            (stats::finish_l2(ctx, hi, q, eps), (q as f64 * sum_slack(n)).sqrt() + ABS_SLACK)
+        }
+        NormKind::Layer => {
+            let h = V::splat(hi);
+            let [d, q] = fold::<V, S, 2>(x, |v, [d, q]| {
+                let t = v - h;
+                [d + t, q + t * t]
+            });
+            let raw = stats::finish_layer(ctx, hi, lanes::combine(d.to_array()), lanes::combine(q.to_array()), eps);
+            // |t| <= sqrt(sum t^2) for t = x - hi, and z = t - lo rounds once.
+            let t_max = (raw.sumsq as f64 * sum_slack(n)).sqrt() + ABS_SLACK;
+            (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
+        }
+        NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
+            let lo = if ctx.centred {
+                let h = V::splat(hi);
+                sum::<V, S>(x, |v| v - h) * inv_n
+            } else {
+                0.0
+            };
+            let (stat, check) = if ctx.centred {
+                let (h, l) = (V::splat(hi), V::splat(lo));
+                abs_statistic::<V, S>(ctx, x, |v| ((v - h) - l).abs(), abs)
+            } else {
+                // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): skip it.
+                abs_statistic::<V, S>(ctx, x, |v| v.abs(), abs)
+            };
+            // The maximum of |z| itself for L-inf, else |z| <= sum |z| (`check`).
+            let z_max = if ctx.kind == NormKind::LInf { stat as f64 } else { check as f64 * sum_slack(n) + ABS_SLACK };
+            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), z_max)
+        }
+    }
+}
+
+/// `(statistic, check)` of L1, L-inf or Top-k from `|z| = z_abs(v)`: the mean, the maximum or
+/// the top-k mean of `|z|`, and the lane sum of `|z|`.
+#[inline(always)]
+unsafe fn abs_statistic<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], z_abs: impl Fn(V) -> V, abs: &mut [f32]) -> (f32, f32) {
+    match ctx.kind {
+        NormKind::L1 => {
+            let r = sum::<V, S>(x, z_abs);
+            (r * ctx.inv_n, r)
+        }
+        NormKind::LInf => {
+            let [m, s] = fold::<V, S, 2>(x, |v, [m, s]| {
+                let a = z_abs(v);
+                [V::max_gt(a, m), s + a]
+            });
+            (lanes::max_of(m.to_array()), lanes::combine(s.to_array()))
+        }
+        NormKind::TopK { k } => top_k_statistic::<V, S>(x, k, z_abs, &mut abs[..x.len()]),
+        _ => unreachable!("abs_statistic is for L1, L-inf and Top-k"),
+    }
+}
+
+/// Top-k's `(mean of the k largest |z|, lane sum of |z|)`. One pass writes `|z|` to `abs` while
+/// it sums and takes the 16 lane maxima; the k-th largest lane maximum bounds the k-th
+/// largest value from below, so a second, vectorised pass keeps only the few values at or
+/// above it, among which the k largest are selected and sorted as `stats::top_k_desc` does.
+/// The mean of those k values does not depend on how they were found.
+#[inline(always)]
+unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl Fn(V) -> V, abs: &mut [f32]) -> (f32, f32) {
+    let n = x.len();
+    let full = n - n % W;
+    let (xp, ap) = (x.as_ptr(), abs.as_mut_ptr());
+    let zero = V::splat(0.0);
+    let (mut s, mut m) = (zero, zero);
+    each_group!(full, |i| {
+        let a = z_abs(S::load(xp.add(i)));
+        a.store_f32(ap.add(i));
+        s = s + a;
+        m = V::max_gt(a, m);
+    });
+    if full < n {
+        let a = z_abs(load_partial::<V, S>(&x[full..]));
+        let t = a.to_array();
+        abs[full..].copy_from_slice(&t[..n - full]);
+        s = V::select_first(n - full, s + a, s);
+        m = V::select_first(n - full, V::max_gt(a, m), m);
+    }
+    let check = lanes::combine(s.to_array());
+    if !stats::uses_lane_maxima(n, k) {
+        return (stats::topk_mean(abs, k), check);
+    }
+    let t0 = stats::kth_largest_lane_max(m.to_array(), k);
+    let kept = keep_at_least::<V>(abs, t0);
+    stats::top_k_of_candidates(abs, kept, k);
+    (stats::mean_of_sorted_top_k(abs, k), check)
+}
+
+/// Move the values `>= t` of `a` to its front, in order; returns how many. Sixteen values are
+/// compared at once and the (rare) hits appended one by one from a copy of their group.
+#[inline(always)]
+unsafe fn keep_at_least<V: F32x16>(a: &mut [f32], t: f32) -> usize {
+    let n = a.len();
+    let full = n - n % W;
+    let tv = V::splat(t);
+    let mut kept = 0;
+    let mut i = 0;
+    while i < full {
+        let v = V::load_f32(a.as_ptr().add(i));
+        let mut hits = v.ge_mask(tv);
+        if hits != 0 {
+            let vals = v.to_array();
+            while hits != 0 {
+                a[kept] = vals[hits.trailing_zeros() as usize];
+                kept += 1;
+                hits &= hits - 1;
+            }
+        }
+        i += W;
+    }
+    for j in full..n {
+        if a[j] >= t {
+            a[kept] = a[j];
+            kept += 1;
+        }
+    }
+    kept
+}
+
+/// `lanes::sum_map(x, f)` over the storage.
+#[inline(always)]
+unsafe fn sum<V: F32x16, S: Storage>(x: &[S], f: impl Fn(V) -> V) -> f32 {
+    let [s] = fold::<V, S, 1>(x, |v, [s]| [s + f(v)]);
+    lanes::combine(s.to_array())
+}
+
+/// K lane accumulators (each starting at +0, as in `lanes`) updated by `step` with 16
+/// values at a time; the row's tail (fewer than 16 values) updates only its own lanes.
+#[inline(always)]
+unsafe fn fold<V: F32x16, S: Storage, const K: usize>(x: &[S], step: impl Fn(V, [V; K]) -> [V; K]) -> [V; K] {
+    let n = x.len();
+    let full = n - n % W;
+    let p = x.as_ptr();
+    let mut acc = [V::splat(0.0); K];
+    each_group!(full, |i| {
+        acc = step(S::load(p.add(i)), acc);
+    });
+    if full < n {
+        let next = step(load_partial::<V, S>(&x[full..]), acc);
+        for j in 0..K {
+            acc[j] = V::select_first(n - full, next[j], acc[j]);
+        }
+    }
+    acc
+}
+
+/// The output row `y = ((x - hi) - lo) * s * w + b` (centred) or `x * s * w + b`, rounded once
+/// into the storage type; returns the number of non-finite outputs. One pass: the affine
+/// terms present, and whether non-finite outputs are possible at all (`check`), are chosen
+/// here, outside the loop.
+#[inline(always)]
+unsafe fn normalize_store<V: F32x16, S: Storage>(
+    ctx: &RowCtx<f32>,
+    x: &[S],
+    y: &mut [S],
+    raw: &Raw<f32>,
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    check: bool,
+) -> u64 {
+    let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, w: w.unwrap_or(&[]), b: b.unwrap_or(&[]) };
+    if check {
+        store_row_variant::<V, S, true>(ctx.centred, w.is_some(), b.is_some(), x, y, &p)
+    } else {
+        store_row_variant::<V, S, false>(ctx.centred, w.is_some(), b.is_some(), x, y, &p)
+    }
+}
+
+/// [`store_row`] for the centring and affine terms given at run time.
+#[inline(always)]
+unsafe fn store_row_variant<V: F32x16, S: Storage, const CHECK: bool>(centred: bool, has_w: bool, has_b: bool, x: &[S], y: &mut [S], p: &Affine) -> u64 {
+    match (centred, has_w, has_b) {
+        (false, false, false) => store_row::<V, S, false, false, false, CHECK>(x, y, p),
+        (false, true, false) => store_row::<V, S, false, true, false, CHECK>(x, y, p),
+        (false, false, true) => store_row::<V, S, false, false, true, CHECK>(x, y, p),
+        (false, true, true) => store_row::<V, S, false, true, true, CHECK>(x, y, p),
+        (true, false, false) => store_row::<V, S, true, false, false, CHECK>(x, y, p),
+        (true, true, false) => store_row::<V, S, true, true, false, CHECK>(x, y, p),
+        (true, false, true) => store_row::<V, S, true, false, true, CHECK>(x, y, p),
+        (true, true, true) => store_row::<V, S, true, true, true, CHECK>(x, y, p),
+    }
+}
+
+/// What the output of a row is made of.
+struct Affine<'a> {
+    hi: f32,
+    lo: f32,
+    s: f32,
+    w: &'a [f32],
+    b: &'a [f32],
+}
+
+/// [`normalize_store`] for one choice of centring, weight and bias. `CHECK`: whether some
+/// output may be non-finite (else none is, and the groups are stored without looking).
+#[inline(always)]
+unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const CHECK: bool>(
+    x: &[S],
+    y: &mut [S],
+    p: &Affine,
+) -> u64 {
+    let n = x.len();
+    let full = n - n % W;
+    let mut bad = 0;
+    // Non-finite outputs (NaN included) are rare: only when some value was large enough to be
+    // one is the row stored again with the NaN-exact rounding (bf16), and counted exactly from
+    // the stored bits.
+    if store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false>(x, y, p) {
+        if S::NON_NAN_STORE_IS_PARTIAL {
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true>(x, y, p);
+        }
+        bad += S::count_nonfinite(&y[..full]);
+    }
+    if full < n {
+        let zero = V::splat(0.0);
+        let wv = if HAS_W { load_partial::<V, f32>(&p.w[full..n]) } else { zero };
+        let bv = if HAS_B { load_partial::<V, f32>(&p.b[full..n]) } else { zero };
+        let r = output::<V, CENTRED, HAS_W, HAS_B>(load_partial::<V, S>(&x[full..]), wv, bv, p);
+        store_partial::<V, S>(r, &mut y[full..]);
+        // The padding lanes were computed but not stored: count the tail from its bits.
+        bad += S::count_nonfinite(&y[full..]);
+    }
+    bad
+}
+
+/// The output of 16 values, the expression of `kernel::normalize_to` operation for operation.
+#[inline(always)]
+unsafe fn output<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(v: V, w: V, b: V, p: &Affine) -> V {
+    let s = V::splat(p.s);
+    let mut r = if CENTRED { ((v - V::splat(p.hi)) - V::splat(p.lo)) * s } else { v * s };
+    if HAS_W {
+        r = r * w;
+    }
+    if HAS_B {
+        r = r + b;
+    }
+    r
+}
+
+/// The whole 16-value groups of [`store_row`]; returns whether some `|y|` may be non-finite
+/// in the storage type (or is NaN), if `CHECK` (else false). `EXACT_NAN`: round NaN exactly
+/// too (without `CHECK` there is no NaN).
+#[inline(always)]
+unsafe fn store_groups<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const CHECK: bool, const EXACT_NAN: bool>(
+    x: &[S],
+    y: &mut [S],
+    p: &Affine,
+) -> bool {
+    let full = x.len() - x.len() % W;
+    let zero = V::splat(0.0);
+    let (xp, yp, wp, bp) = (x.as_ptr(), y.as_mut_ptr(), p.w.as_ptr(), p.b.as_ptr());
+    let mut big = zero;
+    each_group!(full, |i| {
+        let wv = if HAS_W { V::load_f32(wp.add(i)) } else { zero };
+        let bv = if HAS_B { V::load_f32(bp.add(i)) } else { zero };
+        let r = output::<V, CENTRED, HAS_W, HAS_B>(S::load(xp.add(i)), wv, bv, p);
+        if CHECK {
+            big = big.max_abs_bits(r);
+        }
+        if EXACT_NAN {
+            S::store(r, yp.add(i));
+        } else {
+            S::store_non_nan(r, yp.add(i));
+        }
+    });
+    CHECK && big.to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+//! The fused kernels against the generic kernel, bit for bit: outputs, statistics and
+//! counters, for every kind and centring, f32/f16/bf16 storage, with and without weight and
+//! bias, at every explicit-SIMD level this CPU has, on random rows of many lengths (tails of
+//! every size, rows shorter than one 16-lane group) and edge rows (zeros, signed zeros,
+//! constants, huge and tiny magnitudes, subnormals, NaN, infinities, ties, outputs that
+//! overflow the storage type, NaN weights).
+
+use half::{bf16, f16};
+
+use super::{rows_at, Level};
+use crate::element::Element;
+use crate::row::kernel::Scratch;
+use crate::row::simd::Storage;
+use crate::row::stats::RowStats;
+use crate::spec::{ConstMode, NormKind, NormSpec};
+
+/// The levels to test: those this CPU runs (the generic kernel is the reference).
+fn levels() -> Vec<Level> {
+    let mut v = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::row::has_avx2() {
+            v.push(Level::Avx2);
+            if is_x86_feature_detected!("avx512f") {
+                v.push(Level::Avx512);
+            }
+        }
+    }
+    if v.is_empty() {
+        eprintln!("no explicit-SIMD level on this CPU: the fused kernels never run here");
+    }
+    v
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u1, u2) = (1.0 - self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Row `r` of a test matrix: one of many shapes of data, chosen by `r`.
+fn edge_row(rng: &mut Rng, r: usize, n: usize, max: f64) -> Vec<f64> {
+    let mut v: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
+    match r % 16 {
+        0 => {}
+        1 => v.iter_mut().for_each(|x| *x = 0.0),
+        2 => v.iter_mut().for_each(|x| *x = if rng.uniform() < 0.5 { 0.0 } else { -0.0 }),
+        3 => v.iter_mut().for_each(|x| *x = 3.25),
+        4 => v.iter_mut().for_each(|x| *x = 1000.0 + *x * 1e-3),
+        5 => v.iter_mut().for_each(|x| *x *= 1e-6),
+        6 => v.iter_mut().for_each(|x| *x *= 1e-41), // f32 subnormals (0 in f16/bf16 storage)
+        7 => v.iter_mut().for_each(|x| *x = max * (2.0 * rng.uniform() - 1.0)),
+        8 => v[rng.below(n)] = f64::NAN,
+        9 => v[rng.below(n)] = f64::INFINITY,
+        10 => v[rng.below(n)] = f64::NEG_INFINITY,
+        11 => v.iter_mut().for_each(|x| *x = (x.abs() * 2.0).round() * 0.5), // ties for Top-k
+        12 => v.iter_mut().for_each(|x| *x = if rng.uniform() < 0.5 { 1.0 } else { -1.0 }),
+        13 => v.iter_mut().for_each(|x| *x = *x * 1e4 - 5e4),
+        14 => {
+            // one large outlier: huge outputs
+            v[rng.below(n)] = 3e4;
+        }
+        _ => v.iter_mut().for_each(|x| *x *= 1e-3),
+    }
+    v
+}
+
+fn specs(n: usize) -> Vec<NormSpec> {
+    let mut ks = vec![1, 2, 8, 16, 17, n.div_ceil(3), n];
+    ks.retain(|&k| k <= n);
+    ks.dedup();
+    let mut out = Vec::new();
+    for (i, &k) in ks.iter().enumerate() {
+        for (kind, centred) in [
+            (NormKind::Rms, false),
+            (NormKind::Layer, true),
+            (NormKind::UnitL2, false),
+            (NormKind::L1, true),
+            (NormKind::L1, false),
+            (NormKind::LInf, true),
+            (NormKind::LInf, false),
+            (NormKind::TopK { k }, true),
+            (NormKind::TopK { k }, false),
+        ] {
+            let is_topk = matches!(kind, NormKind::TopK { .. });
+            if i > 0 && !is_topk {
+                continue;
+            }
+            for eps in [1e-5, 0.0, 1e-30] {
+                let constant = if is_topk && n > 300 { ConstMode::One } else { ConstMode::Exact };
+                out.push(NormSpec { kind, centred, eps, constant });
+            }
+        }
+    }
+    out
+}
+
+fn stats_bits(s: &RowStats) -> (u64, u64, u64, i32, bool) {
+    (s.mean_hi.to_bits(), s.mean_lo.to_bits(), s.rscale.to_bits(), s.exp2, s.clamped)
+}
+
+/// Every spec and affine choice on `x` (`rows` rows of n), generic against every level.
+fn compare<S: Storage>(x: &[S], n: usize, w: &[f32], b: &[f32], what: &str) -> usize {
+    specs(n).iter().map(|spec| compare_spec(spec, x, n, w, b, what)).sum()
+}
+
+/// [`compare`] for one spec.
+fn compare_spec<S: Storage>(spec: &NormSpec, x: &[S], n: usize, w: &[f32], b: &[f32], what: &str) -> usize {
+    let rows = x.len() / n;
+    let mut checked = 0;
+    let ctx = crate::row::ctx::<f32>(spec, n).unwrap();
+    for (wo, bo) in [(None, None), (Some(w), None), (None, Some(b)), (Some(w), Some(b))] {
+        let mut scr = Scratch::<f32>::new(n);
+        let mut y0 = vec![S::default(); x.len()];
+        let mut s0 = vec![RowStats::default(); rows];
+        let c0 = crate::row::forward_rows::<S, f32>(&ctx, x, &mut y0, &mut s0, wo, bo, &mut scr);
+        for level in levels() {
+            let mut scr = Scratch::<f32>::new(n);
+            let mut y1 = vec![S::default(); x.len()];
+            let mut s1 = vec![RowStats::default(); rows];
+            let c1 = rows_at::<S>(level, &ctx, x, &mut y1, &mut s1, wo, bo, &mut scr);
+            let ctx_s = || format!("{what} {} n={n} {spec:?} w={} b={} {level:?}", S::DTYPE, wo.is_some(), bo.is_some());
+            assert_eq!(c0, c1, "{}: counters", ctx_s());
+            for r in 0..rows {
+                assert_eq!(stats_bits(&s0[r]), stats_bits(&s1[r]), "{}: stats of row {r}", ctx_s());
+            }
+            for (j, (a, e)) in y1.iter().zip(&y0).enumerate() {
+                assert!(a.to_f64().to_bits() == e.to_f64().to_bits(), "{}: y[{j}] = {:?}, generic {:?}", ctx_s(), a, e);
+            }
+            checked += 1;
+        }
+    }
+    checked
+}
+
+fn affine(rng: &mut Rng, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let w = (0..n).map(|_| 1.0 + 0.1 * rng.normal()).collect();
+    let b = (0..n).map(|_| 0.1 * rng.normal()).collect();
+    (w, b)
+}
+
+/// Weights and bias as the storage type holds them, widened to f32 as `row::forward` does.
+fn in_storage<S: Element>(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| S::from_f64(x).to_f32()).collect()
+}
+
+fn case<S: Storage>(n: usize, seed: u64) -> usize {
+    let mut rng = Rng(seed);
+    let rows = 16;
+    let max = S::DTYPE.max_finite().min(1e300);
+    let x: Vec<S> = (0..rows).flat_map(|r| edge_row(&mut rng, r, n, max)).map(S::from_f64).collect();
+    let (w, b) = affine(&mut rng, n);
+    compare(&x, n, &in_storage::<S>(&w), &in_storage::<S>(&b), "edge rows")
+}
+
+#[test]
+fn fused_equals_generic_on_every_length() {
+    let mut checked = 0;
+    for (i, n) in [1usize, 2, 3, 7, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 255, 256, 1000, 1031].into_iter().enumerate() {
+        checked += case::<f32>(n, 10 + i as u64);
+        checked += case::<f16>(n, 100 + i as u64);
+        checked += case::<bf16>(n, 1000 + i as u64);
+    }
+    if !levels().is_empty() {
+        assert!(checked > 5000, "{checked} comparisons");
+    }
+}
+
+/// Weights that make outputs overflow the storage type (counted as non-finite), zero and NaN
+/// weights (inf * 0 and NaN outputs: the bf16 rounding's NaN case), an infinite bias.
+#[test]
+fn fused_equals_generic_with_extreme_affine() {
+    for n in [40usize, 64, 1024] {
+        let mut rng = Rng(7 + n as u64);
+        let x: Vec<f64> = (0..4 * n).map(|i| if i % 97 == 5 { 3e4 } else { rng.normal() }).collect();
+        for (label, w, b) in [
+            ("huge weight", vec![60000.0; n], vec![0.0; n]),
+            ("zero and huge weights", (0..n).map(|j| if j % 3 == 0 { 0.0 } else { 1e30 }).collect(), vec![1.0; n]),
+            ("NaN weight", (0..n).map(|j| if j == n / 2 { f64::NAN } else { 1.0 }).collect(), vec![0.0; n]),
+            ("infinite bias", vec![1.0; n], (0..n).map(|j| if j == 3 { f64::INFINITY } else { 0.0 }).collect()),
+        ] {
+            compare::<f32>(&x.iter().map(|&v| v as f32).collect::<Vec<_>>(), n, &in_storage::<f32>(&w), &in_storage::<f32>(&b), label);
+            let xh: Vec<f16> = x.iter().map(|&v| f16::from_f64(v)).collect();
+            compare::<f16>(&xh, n, &in_storage::<f16>(&w), &in_storage::<f16>(&b), label);
+            let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+            compare::<bf16>(&xb, n, &in_storage::<bf16>(&w), &in_storage::<bf16>(&b), label);
+        }
+    }
+}
+
+/// f32 rows whose statistics overflow or underflow f32 (the generic kernel rescales them): the
+/// fused kernel hands exactly those rows over, and keeps the others.
+#[test]
+fn fused_hands_rescued_rows_to_the_generic_kernel() {
+    let n = 100;
+    let mut rng = Rng(3);
+    let mut x: Vec<f32> = (0..6 * n).map(|_| rng.normal() as f32).collect();
+    x[n..2 * n].iter_mut().for_each(|v| *v *= 1e30); // sum of squares overflows
+    x[3 * n..4 * n].iter_mut().for_each(|v| *v *= 1e-30); // sum of squares underflows
+    x[5 * n + 7] = f32::MAX;
+    let (w, b) = affine(&mut rng, n);
+    compare::<f32>(&x, n, &in_storage::<f32>(&w), &in_storage::<f32>(&b), "rescued rows");
+}
+
+/// Outputs right at the storage type's largest finite value: the fused kernel skips its
+/// non-finite check when a bound from the statistics says no output can overflow, so the
+/// bound must hold exactly there. One-hot rows make the bound tight (the only nonzero value
+/// is as large as the root of the sum of squares, or the sum of |z|); the weight is scaled so
+/// that the largest output lands just below, at, and just above the limit.
+#[test]
+fn fused_counts_overflowing_outputs_like_generic() {
+    fn at_limit<S: Storage>() {
+        let limit = f32::from_bits(S::MAX_FINITE_BITS) as f64;
+        for n in [16usize, 64, 100, 1024] {
+            let mut rng = Rng(n as u64);
+            let mut x = vec![0.0f64; 3 * n];
+            x[5] = 3.0; // one-hot row
+            x[n..2 * n].iter_mut().for_each(|v| *v = rng.normal());
+            x[2 * n..].iter_mut().for_each(|v| *v = 1.0 + 1e-3 * rng.normal());
+            x[2 * n + 1] = -40.0;
+            let xs: Vec<S> = x.iter().map(|&v| S::from_f64(v)).collect();
+            for spec in specs(n) {
+                // The largest output with a unit weight, from the generic kernel.
+                let ctx = crate::row::ctx::<f32>(&spec, n).unwrap();
+                let mut y = vec![S::default(); xs.len()];
+                let mut st = vec![RowStats::default(); 3];
+                let ones = vec![1.0f32; n];
+                crate::row::forward_rows::<S, f32>(&ctx, &xs, &mut y, &mut st, Some(&ones), None, &mut Scratch::new(n));
+                let top = y.iter().map(|v| v.to_f64().abs()).filter(|v| v.is_finite()).fold(0.0, f64::max);
+                if top == 0.0 {
+                    continue;
+                }
+                for c in [0.999, 0.99999, 1.0, 1.00001, 1.001, 1.1] {
+                    let w = vec![S::from_f64(c * limit / top).to_f32(); n];
+                    let b = vec![0.0f32; n];
+                    compare_spec::<S>(&spec, &xs, n, &w, &b, &format!("outputs at {c} x limit"));
+                }
+            }
+        }
+    }
+    at_limit::<f32>();
+    at_limit::<f16>();
+    at_limit::<bf16>();
+}

@@ -1,0 +1,161 @@
+//! [`F32x16`] as two AVX registers (lanes 0-7 and 8-15), with F16C for f16.
+//!
+//! Every method is `#[inline(always)]`: it is only ever called from functions compiled with
+//! `#[target_feature(enable = "avx2,fma,f16c")]`, into which it (and the intrinsics it calls)
+//! is inlined.
+
+use std::arch::x86_64::*;
+use std::ops::{Add, Mul, Sub};
+
+use super::{F32x16, W};
+
+#[derive(Clone, Copy)]
+pub(crate) struct Avx2(__m256, __m256);
+
+impl Add for Avx2 {
+    type Output = Self;
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        // SAFETY: a value of this type exists only where AVX2 was detected (module doc of simd).
+        unsafe { Avx2(_mm256_add_ps(self.0, o.0), _mm256_add_ps(self.1, o.1)) }
+    }
+}
+
+impl Sub for Avx2 {
+    type Output = Self;
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe { Avx2(_mm256_sub_ps(self.0, o.0), _mm256_sub_ps(self.1, o.1)) }
+    }
+}
+
+impl Mul for Avx2 {
+    type Output = Self;
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe { Avx2(_mm256_mul_ps(self.0, o.0), _mm256_mul_ps(self.1, o.1)) }
+    }
+}
+
+/// Round 8 lanes to bf16 bits (in the low half of each 32-bit lane) as `convert::f32_to_bf16`
+/// does for a value that is not NaN: `(b + 0x7FFF + ((b >> 16) & 1)) >> 16`.
+#[inline(always)]
+unsafe fn bf16_bits_non_nan(v: __m256) -> __m256i {
+    let b = _mm256_castps_si256(v);
+    let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+    _mm256_srli_epi32::<16>(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))))
+}
+
+/// [`bf16_bits_non_nan`], and `(b >> 16) | 0x40` (a quiet NaN) for NaN.
+#[inline(always)]
+unsafe fn bf16_bits(v: __m256) -> __m256i {
+    let nan = _mm256_or_si256(_mm256_srli_epi32::<16>(_mm256_castps_si256(v)), _mm256_set1_epi32(0x40));
+    let is_nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+    _mm256_blendv_epi8(bf16_bits_non_nan(v), nan, is_nan)
+}
+
+/// Store 16 bf16 values from their bits in the low halves of two registers' 32-bit lanes.
+#[inline(always)]
+unsafe fn store_bf16_bits(p: *mut u16, lo: __m256i, hi: __m256i) {
+    // packus interleaves the two registers by 128-bit halves; the permute restores the order.
+    let packed = _mm256_packus_epi32(lo, hi);
+    _mm256_storeu_si256(p as *mut __m256i, _mm256_permute4x64_epi64::<0b11_01_10_00>(packed));
+}
+
+impl F32x16 for Avx2 {
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        Avx2(_mm256_set1_ps(v), _mm256_set1_ps(v))
+    }
+    #[inline(always)]
+    unsafe fn load_f32(p: *const f32) -> Self {
+        Avx2(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u16) -> Self {
+        Avx2(
+            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+            _mm256_cvtph_ps(_mm_loadu_si128(p.add(8) as *const __m128i)),
+        )
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(p: *const u16) -> Self {
+        // Quarters q0 q1 q2 q3 of the 16 values, reordered q0 q2 | q1 q3 so that the in-lane
+        // interleave with zero puts values 0-7 (then 8-15) in the high halves of 32-bit lanes:
+        // three instructions for 16 values instead of four (two widenings, two shifts).
+        let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(p as *const __m256i));
+        let z = _mm256_setzero_si256();
+        Avx2(_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v)))
+    }
+    #[inline(always)]
+    unsafe fn store_f32(self, p: *mut f32) {
+        _mm256_storeu_ps(p, self.0);
+        _mm256_storeu_ps(p.add(8), self.1);
+    }
+    #[inline(always)]
+    unsafe fn store_f16(self, p: *mut u16) {
+        _mm_storeu_si128(p as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(self.0));
+        _mm_storeu_si128(p.add(8) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(self.1));
+    }
+    #[inline(always)]
+    unsafe fn store_bf16(self, p: *mut u16) {
+        store_bf16_bits(p, bf16_bits(self.0), bf16_bits(self.1))
+    }
+    #[inline(always)]
+    unsafe fn store_bf16_non_nan(self, p: *mut u16) {
+        store_bf16_bits(p, bf16_bits_non_nan(self.0), bf16_bits_non_nan(self.1))
+    }
+    #[inline(always)]
+    fn abs(self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe {
+            let m = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+            Avx2(_mm256_and_ps(self.0, m), _mm256_and_ps(self.1, m))
+        }
+    }
+    #[inline(always)]
+    fn max_gt(a: Self, m: Self) -> Self {
+        // SAFETY: as in `add`. maxps returns its second operand unless the first is greater.
+        unsafe { Avx2(_mm256_max_ps(a.0, m.0), _mm256_max_ps(a.1, m.1)) }
+    }
+    #[inline(always)]
+    fn select_first(count: usize, a: Self, b: Self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe {
+            let c = _mm256_set1_epi32(count.min(W) as i32);
+            let m0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+            let m1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15)));
+            Avx2(_mm256_blendv_ps(b.0, a.0, m0), _mm256_blendv_ps(b.1, a.1, m1))
+        }
+    }
+    #[inline(always)]
+    fn max_abs_bits(self, v: Self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe {
+            let m = _mm256_set1_epi32(0x7FFF_FFFF);
+            let f = |acc: __m256, v: __m256| {
+                let bits = _mm256_and_si256(_mm256_castps_si256(v), m);
+                _mm256_castsi256_ps(_mm256_max_epi32(_mm256_castps_si256(acc), bits))
+            };
+            Avx2(f(self.0, v.0), f(self.1, v.1))
+        }
+    }
+    #[inline(always)]
+    fn ge_mask(self, t: Self) -> u32 {
+        // SAFETY: as in `add`.
+        unsafe {
+            let lo = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(self.0, t.0)) as u32;
+            let hi = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(self.1, t.1)) as u32;
+            lo | (hi << 8)
+        }
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; W] {
+        let mut out = [0.0f32; W];
+        // SAFETY: as in `add`; `out` holds 16 values.
+        unsafe { self.store_f32(out.as_mut_ptr()) };
+        out
+    }
+}

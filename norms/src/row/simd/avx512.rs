@@ -1,0 +1,125 @@
+//! [`F32x16`] as one AVX-512 register: the 16 lanes of the crate's reductions are exactly one
+//! `zmm`, so every operation is one instruction (half those of [`super::avx2::Avx2`]).
+//!
+//! Only AVX-512F is used. Every method is `#[inline(always)]`: it is only ever called from
+//! functions compiled with `#[target_feature(enable = "avx512f,avx2,fma,f16c")]`.
+
+use std::arch::x86_64::*;
+use std::ops::{Add, Mul, Sub};
+
+use super::{F32x16, W};
+
+#[derive(Clone, Copy)]
+pub(crate) struct Avx512(__m512);
+
+impl Add for Avx512 {
+    type Output = Self;
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        // SAFETY: a value of this type exists only where AVX-512F was detected (module doc of simd).
+        unsafe { Avx512(_mm512_add_ps(self.0, o.0)) }
+    }
+}
+
+impl Sub for Avx512 {
+    type Output = Self;
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe { Avx512(_mm512_sub_ps(self.0, o.0)) }
+    }
+}
+
+impl Mul for Avx512 {
+    type Output = Self;
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe { Avx512(_mm512_mul_ps(self.0, o.0)) }
+    }
+}
+
+/// The bf16 bits (low half of each 32-bit lane) of the lanes that are not NaN, as
+/// `convert::f32_to_bf16` rounds them: `(b + 0x7FFF + ((b >> 16) & 1)) >> 16`.
+#[inline(always)]
+unsafe fn bf16_bits_non_nan(v: __m512) -> __m512i {
+    let b = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+    _mm512_srli_epi32::<16>(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))))
+}
+
+impl F32x16 for Avx512 {
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        Avx512(_mm512_set1_ps(v))
+    }
+    #[inline(always)]
+    unsafe fn load_f32(p: *const f32) -> Self {
+        Avx512(_mm512_loadu_ps(p))
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u16) -> Self {
+        Avx512(_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)))
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(p: *const u16) -> Self {
+        let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+        Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)))
+    }
+    #[inline(always)]
+    unsafe fn store_f32(self, p: *mut f32) {
+        _mm512_storeu_ps(p, self.0)
+    }
+    #[inline(always)]
+    unsafe fn store_f16(self, p: *mut u16) {
+        _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(self.0))
+    }
+    #[inline(always)]
+    unsafe fn store_bf16(self, p: *mut u16) {
+        // NaN lanes get `(b >> 16) | 0x40`, a quiet NaN, as in `convert::f32_to_bf16`.
+        let nan = _mm512_or_si512(_mm512_srli_epi32::<16>(_mm512_castps_si512(self.0)), _mm512_set1_epi32(0x40));
+        let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(self.0, self.0);
+        let bits = _mm512_mask_blend_epi32(is_nan, bf16_bits_non_nan(self.0), nan);
+        _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bits))
+    }
+    #[inline(always)]
+    unsafe fn store_bf16_non_nan(self, p: *mut u16) {
+        _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits_non_nan(self.0)))
+    }
+    #[inline(always)]
+    fn abs(self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe { Avx512(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(self.0), _mm512_set1_epi32(0x7FFF_FFFF)))) }
+    }
+    #[inline(always)]
+    fn max_gt(a: Self, m: Self) -> Self {
+        // SAFETY: as in `add`. vmaxps returns its second operand unless the first is greater.
+        unsafe { Avx512(_mm512_max_ps(a.0, m.0)) }
+    }
+    #[inline(always)]
+    fn select_first(count: usize, a: Self, b: Self) -> Self {
+        let k: __mmask16 = if count >= W { 0xFFFF } else { ((1u32 << count) - 1) as __mmask16 };
+        // SAFETY: as in `add`.
+        unsafe { Avx512(_mm512_mask_blend_ps(k, b.0, a.0)) }
+    }
+    #[inline(always)]
+    fn max_abs_bits(self, v: Self) -> Self {
+        // SAFETY: as in `add`.
+        unsafe {
+            let bits = _mm512_and_si512(_mm512_castps_si512(v.0), _mm512_set1_epi32(0x7FFF_FFFF));
+            Avx512(_mm512_castsi512_ps(_mm512_max_epi32(_mm512_castps_si512(self.0), bits)))
+        }
+    }
+    #[inline(always)]
+    fn ge_mask(self, t: Self) -> u32 {
+        // SAFETY: as in `add`.
+        unsafe { _mm512_cmp_ps_mask::<_CMP_GE_OQ>(self.0, t.0) as u32 }
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; W] {
+        let mut out = [0.0f32; W];
+        // SAFETY: as in `add`; `out` holds 16 values.
+        unsafe { self.store_f32(out.as_mut_ptr()) };
+        out
+    }
+}

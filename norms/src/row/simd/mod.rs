@@ -1,0 +1,169 @@
+//! Sixteen f32 lanes in explicit SIMD registers, and the storage types they load and store.
+//!
+//! The crate's lane reductions (`crate::lanes`) keep 16 independent accumulators, lane j
+//! taking elements j, j + 16, j + 32, ... in order. [`F32x16`] is exactly one such set of
+//! lanes: two AVX registers ([`avx2::Avx2`]) or one AVX-512 register ([`avx512::Avx512`]).
+//! Its operations are the IEEE single operations the scalar code performs (no fused
+//! multiply-add, no reassociation), so a reduction written with it gives, lane by lane, the
+//! same bits as the generic code, and so does the final pairwise combine
+//! (`crate::lanes::combine` on [`F32x16::to_array`]).
+//!
+//! Safety: a value of an implementing type can only be made by the `unsafe` constructors
+//! ([`F32x16::splat`] and the loads), whose contract is that the CPU has the instruction set
+//! the type uses. The safe methods on an existing value rely on that.
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
+use std::ops::{Add, Mul, Sub};
+
+use half::{bf16, f16};
+
+use crate::element::Element;
+
+/// Number of lanes of [`F32x16`] (the crate's `lanes::LANES`).
+pub(crate) const W: usize = 16;
+
+/// Sixteen f32 lanes. Arithmetic is lane-wise and correctly rounded, as in scalar f32.
+pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> {
+    /// # Safety
+    /// The CPU has the instruction set of the implementing type.
+    unsafe fn splat(v: f32) -> Self;
+    /// # Safety
+    /// As [`F32x16::splat`], and `p` is valid for reading 16 values.
+    unsafe fn load_f32(p: *const f32) -> Self;
+    /// Widen 16 f16 values (bits) exactly.
+    /// # Safety
+    /// As [`F32x16::load_f32`].
+    unsafe fn load_f16(p: *const u16) -> Self;
+    /// Widen 16 bf16 values (bits) exactly.
+    /// # Safety
+    /// As [`F32x16::load_f32`].
+    unsafe fn load_bf16(p: *const u16) -> Self;
+    /// # Safety
+    /// `p` is valid for writing 16 values.
+    unsafe fn store_f32(self, p: *mut f32);
+    /// Round to f16 (nearest even), as `convert::f32_to_f16`.
+    /// # Safety
+    /// As [`F32x16::store_f32`].
+    unsafe fn store_f16(self, p: *mut u16);
+    /// Round to bf16 (nearest even, NaN kept quiet), as `convert::f32_to_bf16`.
+    /// # Safety
+    /// As [`F32x16::store_f32`].
+    unsafe fn store_bf16(self, p: *mut u16);
+    /// [`F32x16::store_bf16`] without its NaN case: the same bits for every lane that is not
+    /// NaN, garbage for a NaN lane. Three instructions per register fewer; the caller redoes
+    /// the row with the exact form when a NaN may have occurred.
+    /// # Safety
+    /// As [`F32x16::store_f32`].
+    unsafe fn store_bf16_non_nan(self, p: *mut u16);
+    /// `|v|` (clears the sign bit).
+    fn abs(self) -> Self;
+    /// `if a > m { a } else { m }` lane-wise: the step of `lanes::max_map` (a NaN in `a` is
+    /// skipped, exactly as there).
+    fn max_gt(a: Self, m: Self) -> Self;
+    /// Lanes `j < count` from `a`, the others from `b` (the tail of a row: lanes past the
+    /// row's end keep their accumulator).
+    fn select_first(count: usize, a: Self, b: Self) -> Self;
+    /// Lane-wise maximum of `self` and the bits of `|v|` as integers (both read as i32 bit
+    /// patterns; `self` starts as `splat(0.0)`). Finite f32 bit patterns are ordered like the
+    /// magnitudes, and NaN and infinity lie above every finite value: the result tells whether
+    /// some `v` was non-finite or larger than a bound, in two instructions per register.
+    fn max_abs_bits(self, v: Self) -> Self;
+    /// Bit j set when lane j is `>= t` (an ordered comparison: NaN lanes are clear).
+    fn ge_mask(self, t: Self) -> u32;
+    fn to_array(self) -> [f32; W];
+}
+
+/// A storage type the fused kernels read and write directly: f32, f16, bf16.
+pub(crate) trait Storage: Element {
+    /// Bit pattern (as f32) of the largest finite value of the type: an f32 result whose `|v|`
+    /// bits exceed it may be non-finite once stored ([`F32x16::max_abs_bits`]).
+    const MAX_FINITE_BITS: u32;
+    /// # Safety
+    /// As [`F32x16::load_f32`].
+    unsafe fn load<V: F32x16>(p: *const Self) -> V;
+    /// One rounding into the type, bit-identical to `Element::store_f32`.
+    /// # Safety
+    /// As [`F32x16::store_f32`].
+    unsafe fn store<V: F32x16>(v: V, p: *mut Self);
+    /// Whether [`Storage::store_non_nan`] differs from [`Storage::store`] (on NaN lanes).
+    const NON_NAN_STORE_IS_PARTIAL: bool = false;
+    /// [`Storage::store`] for lanes that are not NaN (a NaN lane may be stored wrong, see
+    /// [`Storage::NON_NAN_STORE_IS_PARTIAL`]).
+    /// # Safety
+    /// As [`F32x16::store_f32`].
+    #[inline(always)]
+    unsafe fn store_non_nan<V: F32x16>(v: V, p: *mut Self) {
+        Self::store(v, p)
+    }
+}
+
+impl Storage for f32 {
+    const MAX_FINITE_BITS: u32 = 0x7F7F_FFFF;
+    #[inline(always)]
+    unsafe fn load<V: F32x16>(p: *const Self) -> V {
+        V::load_f32(p)
+    }
+    #[inline(always)]
+    unsafe fn store<V: F32x16>(v: V, p: *mut Self) {
+        v.store_f32(p)
+    }
+}
+
+impl Storage for f16 {
+    // 65504.0
+    const MAX_FINITE_BITS: u32 = 0x477F_E000;
+    #[inline(always)]
+    unsafe fn load<V: F32x16>(p: *const Self) -> V {
+        V::load_f16(p as *const u16)
+    }
+    #[inline(always)]
+    unsafe fn store<V: F32x16>(v: V, p: *mut Self) {
+        v.store_f16(p as *mut u16)
+    }
+}
+
+impl Storage for bf16 {
+    // bf16::MAX = 3.3895314e38
+    const MAX_FINITE_BITS: u32 = 0x7F7F_0000;
+    #[inline(always)]
+    unsafe fn load<V: F32x16>(p: *const Self) -> V {
+        V::load_bf16(p as *const u16)
+    }
+    #[inline(always)]
+    unsafe fn store<V: F32x16>(v: V, p: *mut Self) {
+        v.store_bf16(p as *mut u16)
+    }
+    const NON_NAN_STORE_IS_PARTIAL: bool = true;
+    #[inline(always)]
+    unsafe fn store_non_nan<V: F32x16>(v: V, p: *mut Self) {
+        v.store_bf16_non_nan(p as *mut u16)
+    }
+}
+
+/// Load the `x.len() < 16` values of a row's tail, zero-padded to 16 lanes.
+/// # Safety
+/// As [`F32x16::splat`].
+#[inline(always)]
+pub(crate) unsafe fn load_partial<V: F32x16, S: Storage>(x: &[S]) -> V {
+    let mut buf = [S::default(); W];
+    buf[..x.len()].copy_from_slice(x);
+    S::load(buf.as_ptr())
+}
+
+/// Store the first `y.len() < 16` lanes of `v` into a row's tail.
+/// # Safety
+/// As [`F32x16::splat`].
+#[inline(always)]
+pub(crate) unsafe fn store_partial<V: F32x16, S: Storage>(v: V, y: &mut [S]) {
+    let mut buf = [S::default(); W];
+    S::store(v, buf.as_mut_ptr());
+    let m = y.len();
+    y.copy_from_slice(&buf[..m]);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,129 @@
+//! Each [`F32x16`] implementation against the scalar definitions: conversions of every f16
+//! and bf16 bit pattern (and the rounding-critical f32 values) as `convert` does them, and the
+//! lane semantics the reductions rely on.
+
+use half::{bf16, f16};
+
+use super::{F32x16, W};
+
+/// f32 probes: every widened f16 and bf16 value, their midpoints and neighbours, scattered bit
+/// patterns (NaNs with payloads, subnormals), the extremes.
+fn probes() -> Vec<f32> {
+    let mut p: Vec<f32> = (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect();
+    p.extend((0..=u16::MAX).map(|b| f32::from_bits((b as u32) << 16)));
+    let finite: Vec<f32> = p.iter().copied().filter(|v| v.is_finite()).collect();
+    for w in finite.windows(2) {
+        let m = 0.5 * (w[0] + w[1]);
+        p.extend([m, f32::from_bits(m.to_bits().wrapping_add(1)), f32::from_bits(m.to_bits().wrapping_sub(1))]);
+    }
+    p.extend((0..300_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+    p.extend([f32::MAX, -f32::MAX, f32::INFINITY, f32::NEG_INFINITY, 65519.99, 65520.0, 1e-45, -0.0, 0.0]);
+    p.extend([f32::from_bits(0x7FFF_FFFF), f32::from_bits(0xFFFF_FFFF), f32::from_bits(0x7F80_0001), f32::from_bits(0x7FC0_0000)]);
+    let pad = (W - p.len() % W) % W;
+    p.extend(std::iter::repeat_n(1.0, pad));
+    p
+}
+
+/// # Safety
+/// The CPU has V's instruction set.
+unsafe fn conversions<V: F32x16>() {
+    // Widening every bit pattern, as the generic kernel's `Element::load_f32` does (`convert`;
+    // signalling NaNs stay signalling there, unlike `half::bf16::to_f32`).
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let mut want_h = vec![0f32; all.len()];
+    crate::convert::f16_to_f32(&all.iter().map(|&b| f16::from_bits(b)).collect::<Vec<_>>(), &mut want_h);
+    let mut want_b = vec![0f32; all.len()];
+    crate::convert::bf16_to_f32(&all.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<_>>(), &mut want_b);
+    for (i, c) in all.chunks(W).enumerate() {
+        let h = V::load_f16(c.as_ptr()).to_array();
+        let b = V::load_bf16(c.as_ptr()).to_array();
+        for j in 0..W {
+            assert_eq!(h[j].to_bits(), want_h[i * W + j].to_bits(), "f16 {:#06x}", c[j]);
+            assert_eq!(b[j].to_bits(), want_b[i * W + j].to_bits(), "bf16 {:#06x}", c[j]);
+        }
+    }
+    // Narrowing: the same bits as `convert` (which is tested against `half`).
+    let p = probes();
+    let mut want_h = vec![f16::ZERO; p.len()];
+    crate::convert::f32_to_f16(&p, &mut want_h);
+    let mut want_b = vec![bf16::ZERO; p.len()];
+    crate::convert::f32_to_bf16(&p, &mut want_b);
+    for (i, c) in p.chunks(W).enumerate() {
+        let v = V::load_f32(c.as_ptr());
+        let (mut h, mut b, mut bn) = ([0u16; W], [0u16; W], [0u16; W]);
+        v.store_f16(h.as_mut_ptr());
+        v.store_bf16(b.as_mut_ptr());
+        v.store_bf16_non_nan(bn.as_mut_ptr());
+        for j in 0..W {
+            let k = i * W + j;
+            assert_eq!(h[j], want_h[k].to_bits(), "f16 of {:e} ({:#x})", c[j], c[j].to_bits());
+            assert_eq!(b[j], want_b[k].to_bits(), "bf16 of {:e} ({:#x})", c[j], c[j].to_bits());
+            if !c[j].is_nan() {
+                assert_eq!(bn[j], want_b[k].to_bits(), "bf16 (non-NaN form) of {:e}", c[j]);
+            }
+        }
+    }
+}
+
+/// # Safety
+/// The CPU has V's instruction set.
+unsafe fn lane_semantics<V: F32x16>() {
+    let a: [f32; W] = [1.0, -2.0, f32::NAN, 0.0, -0.0, 5.0, f32::INFINITY, -3.0, 7.0, 8.0, 9.0, 1e-40, 11.0, 12.0, 13.0, 14.0];
+    let m: [f32; W] = [0.5, 0.0, 1.0, -0.0, 0.0, 6.0, 1.0, 0.0, 7.0, 9.0, f32::NAN, 0.0, 0.0, 0.0, 0.0, 20.0];
+    let (va, vm) = (V::load_f32(a.as_ptr()), V::load_f32(m.as_ptr()));
+    let mx = V::max_gt(va, vm).to_array();
+    let ab = va.abs().to_array();
+    let ge = va.ge_mask(vm);
+    let bits = V::splat(0.0).max_abs_bits(va).to_array();
+    for j in 0..W {
+        let want = if a[j] > m[j] { a[j] } else { m[j] };
+        assert_eq!(mx[j].to_bits(), want.to_bits(), "max_gt lane {j}");
+        assert_eq!(ab[j].to_bits(), a[j].abs().to_bits(), "abs lane {j}");
+        assert_eq!(ge >> j & 1 == 1, a[j] >= m[j], "ge_mask lane {j}");
+        assert_eq!(bits[j].to_bits(), a[j].to_bits() & 0x7FFF_FFFF, "max_abs_bits lane {j}");
+    }
+    for count in 0..=W {
+        let s = V::select_first(count, va, vm).to_array();
+        for j in 0..W {
+            let want = if j < count { a[j] } else { m[j] };
+            assert_eq!(s[j].to_bits(), want.to_bits(), "select_first({count}) lane {j}");
+        }
+    }
+    let (s, d, p) = ((va + vm).to_array(), (va - vm).to_array(), (va * vm).to_array());
+    for j in 0..W {
+        let same = |x: f32, y: f32| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+        assert!(same(s[j], a[j] + m[j]) && same(d[j], a[j] - m[j]) && same(p[j], a[j] * m[j]), "arithmetic lane {j}");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_matches_the_scalar_definitions() {
+    if !crate::row::has_avx2() {
+        eprintln!("no AVX2: skipped");
+        return;
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn run() {
+        conversions::<super::avx2::Avx2>();
+        lane_semantics::<super::avx2::Avx2>();
+    }
+    // SAFETY: detected above.
+    unsafe { run() }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_matches_the_scalar_definitions() {
+    if !(crate::row::has_avx2() && is_x86_feature_detected!("avx512f")) {
+        eprintln!("no AVX-512F: skipped");
+        return;
+    }
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn run() {
+        conversions::<super::avx512::Avx512>();
+        lane_semantics::<super::avx512::Avx512>();
+    }
+    // SAFETY: detected above.
+    unsafe { run() }
+}
