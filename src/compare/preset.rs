@@ -344,6 +344,16 @@ lr = 0.01
             assert_eq!(p.name, name);
             let steps = p.cells[0].config.train.steps;
             assert!(p.cells.iter().all(|c| c.config.train.steps == steps && c.config.model.d_model == p.base_model().d_model));
+            // The large-activation variants are GPT+'s alone, with init std 0.5; the rest keep the default.
+            for c in &p.cells {
+                let big = c.variant.ends_with("_bigact");
+                assert!(!big || c.arch == Arch::GptPlus, "{name}: {} {}", c.arch.name(), c.variant);
+                assert_eq!(c.config.model.init_std == 0.5, big, "{name}: {} {} init_std {}", c.arch.name(), c.variant, c.config.model.init_std);
+            }
         }
+        // quick: 3 archs x {l2, l1} x {f32, pure f16} + GPT+ x {l2_bigact, l1_bigact} x {f32, pure f16}.
+        assert_eq!(Preset::load("quick").unwrap().cells.len(), 3 * 2 * 2 + 2 * 2);
+        // standard: (3 archs x 6 variants - GPT+'s nu + GPT+'s two bigact variants) x 4 precisions x 3 seeds.
+        assert_eq!(Preset::load("standard").unwrap().cells.len(), (3 * 6 - 1 + 2) * 4 * 3);
     }
 }
