@@ -283,3 +283,34 @@ fn half_precision_claim_is_judged_per_regime() {
     assert!(c["measured"].as_str().unwrap().contains("L1 broke 1/1 (final loss") && c["measured"].as_str().unwrap().contains("diverged at step 50"), "{c}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// 4.1 "same accuracy" is one-sided: L1 ending lower than L2 supports the claim, L1 ending more
+/// than 2% higher than L2 in any architecture does not.
+#[test]
+fn l1_same_accuracy_claim_is_one_sided() {
+    let dir = temp_dir("l1-one-sided");
+    let preset = Preset::parse(&preset_text("1"), "synthetic").unwrap();
+    prepare_dir(&dir, &preset).unwrap();
+    // `l1_floor` is the f32 L1 runs' loss floor; the L2 runs keep the default floor 2.01.
+    let write = |l1_floor: f64| {
+        for cell in &preset.cells {
+            let mut s = default_synth(cell);
+            if cell.variant == "l1" && cell.precision.name() == "f32" {
+                s.floor = l1_floor;
+            }
+            write_run(&dir, cell, &s);
+        }
+        write_report(&preset, &dir, "test").unwrap();
+        let json: Value = serde_json::from_str(&read(&dir, "summary.json")).unwrap();
+        claim(&json, "norm_matters_4_1_same_accuracy").clone()
+    };
+    // L1 about 10% lower than L2 in every arch: supported, and said so.
+    let c = write(1.8);
+    assert_eq!(c["verdict"], "supported", "{c}");
+    assert!(c["measured"].as_str().unwrap().contains("L1 lower"), "{c}");
+    // L1 about 10% higher: not supported.
+    let c = write(2.25);
+    assert_eq!(c["verdict"], "not_supported", "{c}");
+    assert!(c["measured"].as_str().unwrap().contains("L1 worse"), "{c}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -16,7 +16,9 @@ use normlab_norms::nu::{estimate, Activation, CoordDist, McConfig, Pipeline, Row
 /// A pure-f16 run "breaks" when it diverges, ends without a finite loss, or ends this much
 /// (relative) above the f32 run of the same arch, variant and seed.
 pub const BREAK_REL_LOSS: f64 = 0.05;
-/// "Same accuracy" (Norm matters 4.1): final losses within this relative difference.
+/// "Same accuracy" (Norm matters 4.1): L1's final loss at most this much (relative) above L2's.
+/// One-sided: the paper's claim is that L1 loses nothing against L2, so an L1 run that ends
+/// lower than its L2 partner supports it rather than counting against it.
 pub const SAME_LOSS_REL: f64 = 0.02;
 /// anGPT's claimed convergence speedup over GPT+ and the fraction of it that counts as reproduced.
 pub const ANGPT_SPEEDUP: f64 = 1.4;
@@ -192,8 +194,9 @@ fn c_l1_claims(stats: &[GroupStats], prec: &str) -> Vec<Claim> {
             continue;
         };
         let rel = (f1.mean - f2.mean) / f2.mean;
-        parts.push(format!("{}: final val loss L1 {:.4} vs L2 {:.4} ({:+.2}%)", arch.name(), f1.mean, f2.mean, rel * 100.0));
-        verdicts.push(rel.abs() <= SAME_LOSS_REL);
+        let note = if rel < -SAME_LOSS_REL { ", L1 lower" } else if rel > SAME_LOSS_REL { ", L1 worse" } else { "" };
+        parts.push(format!("{}: final val loss L1 {:.4} vs L2 {:.4} ({:+.2}%{note})", arch.name(), f1.mean, f2.mean, rel * 100.0));
+        verdicts.push(rel <= SAME_LOSS_REL);
         if let Some(nc) = find(stats, arch.name(), L1_NO_CONSTANT_VARIANT, prec) {
             let s1 = l1.steps_to_target.map(|s| s.mean);
             let s0 = nc.steps_to_target.map(|s| s.mean);
@@ -219,7 +222,7 @@ fn c_l1_claims(stats: &[GroupStats], prec: &str) -> Vec<Claim> {
             claim: "with C_L1 = sqrt(pi/2), L1 normalisation reaches the same accuracy as L2".into(),
             paper: "same convergence rate and accuracy as L2 BN (ResNet/ImageNet); L1 layer norm perplexity 5.2 vs 5.1 (Transformer, WMT14)".into(),
             measured: if parts.is_empty() { format!("no arch has both l1 and l2 runs in {prec}") } else { parts.join("; ") },
-            rule: format!("in {prec}: supported when every arch's mean final validation loss of L1 is within {:.0}% of L2's", SAME_LOSS_REL * 100.0),
+            rule: format!("in {prec}: supported when in every arch the mean final validation loss of L1 is at most {:.0}% above L2's (lower is fine: the claim is that L1 loses nothing)", SAME_LOSS_REL * 100.0),
             verdict: agg(&verdicts),
         },
         Claim {
