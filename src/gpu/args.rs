@@ -56,13 +56,16 @@ pub struct BwdBuffers {
     pub db_part: Option<DevPtr>,
 }
 
-fn ptr(a: DevPtr) -> *const c_void {
+/// A device address as a parameter struct's pointer field (also for the update and batch
+/// families' structs).
+pub(crate) fn ptr(a: DevPtr) -> *const c_void {
     a as usize as *const c_void
 }
-fn ptr_mut(a: DevPtr) -> *mut c_void {
+pub(crate) fn ptr_mut(a: DevPtr) -> *mut c_void {
     a as usize as *mut c_void
 }
-fn opt(a: Option<DevPtr>) -> *const c_void {
+/// An optional address, null when absent.
+pub(crate) fn opt(a: Option<DevPtr>) -> *const c_void {
     a.map_or(std::ptr::null(), ptr)
 }
 

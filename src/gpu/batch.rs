@@ -11,24 +11,22 @@
 //! order. Grids: the plan's persistent grid with the stats kernel's real occupancy per SM.
 //! Buffers are raw device addresses, as for the row kernels (`crate::gpu::rows`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr};
 use normlab_kernels::batch::cpu::layout_vec;
 use normlab_kernels::batch::params::{
     ApplyParams, Aux, BFinParams, CutParams, DxParams, Fin1Params, Fin2Params, FrozenParams, Geo, RedParams, Stats1Params, Stats2Params,
 };
 use normlab_kernels::batch::plan::{plan_batch, BatchNorm, BatchPlan, BatchTuning, FINALIZE1, FINALIZE2, FROZEN, THREADS};
 use normlab_kernels::list::Storage;
-use normlab_kernels::plan::Device;
 use normlab_kernels::{sources, KernelStats};
 use normlab_norms::batch::{Convention, Layout, Mode};
 
-use crate::gpu::args::{DevPtr, ParamArg};
-use crate::gpu::device::{describe, DeviceInfo};
+use crate::gpu::args::{opt, ptr as p, ptr_mut as pm, DevPtr, ParamArg};
+use crate::gpu::device::DeviceInfo;
 use crate::gpu::error::{GpuError, PlanError, Result};
-use crate::gpu::module::{load, ImageInfo, Source};
+use crate::gpu::module::{FamilyModule, ImageInfo, PerContext, Source};
 use crate::gpu::rows::launch;
 
 /// The batch-norm source as the runtime compiles it.
@@ -98,15 +96,6 @@ pub struct BnBwdBuffers {
     pub dbias: Option<DevPtr>,
 }
 
-fn p(a: DevPtr) -> *const std::ffi::c_void {
-    a as usize as *const std::ffi::c_void
-}
-fn pm(a: DevPtr) -> *mut std::ffi::c_void {
-    a as usize as *mut std::ffi::c_void
-}
-fn opt(a: Option<DevPtr>) -> *const std::ffi::c_void {
-    a.map_or(std::ptr::null(), p)
-}
 fn aligned16(a: &[DevPtr]) -> bool {
     a.iter().all(|v| v % 16 == 0)
 }
@@ -116,79 +105,55 @@ fn geo(plan: &BatchPlan, vec: bool) -> Geo {
 
 /// The batch-norm kernels loaded in one context.
 pub struct BatchKernels {
-    ctx: Arc<CudaContext>,
-    info: DeviceInfo,
-    module: Arc<CudaModule>,
-    image: ImageInfo,
-    funcs: Mutex<HashMap<String, CudaFunction>>,
+    m: FamilyModule,
 }
 
 impl std::fmt::Debug for BatchKernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BatchKernels").field("info", &self.info).field("image", &self.image).finish()
+        self.m.fmt_as("BatchKernels", f)
     }
 }
 
 impl BatchKernels {
     /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let info = describe(ctx)?;
-        let (module, image) = load(ctx, &BATCHNORM)?;
-        Ok(BatchKernels { ctx: ctx.clone(), info, module, image, funcs: Mutex::new(HashMap::new()) })
+        // No reserve: the batch kernels take no dynamic shared memory, so the plan sees the
+        // device's whole opt-in limit.
+        Ok(BatchKernels { m: FamilyModule::load(ctx, &BATCHNORM, 0)? })
     }
 
     /// The kernels of `ctx`, loaded once per context for the process.
     pub fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Self>> {
-        static ALL: OnceLock<Mutex<HashMap<usize, Arc<BatchKernels>>>> = OnceLock::new();
-        let mut all = ALL.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-        let key = ctx.cu_ctx() as usize;
-        if let Some(k) = all.get(&key) {
-            return Ok(k.clone());
-        }
-        let k = Arc::new(BatchKernels::load(ctx)?);
-        all.insert(key, k.clone());
-        Ok(k)
+        static ALL: PerContext<BatchKernels> = PerContext::new();
+        ALL.get_or_load(ctx, Self::load)
     }
 
     pub fn info(&self) -> &DeviceInfo {
-        &self.info
+        self.m.info()
     }
     pub fn image(&self) -> &ImageInfo {
-        &self.image
+        self.m.image()
     }
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
-    fn function(&self, name: &str) -> Result<CudaFunction> {
-        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = funcs.get(name) {
-            return Ok(f.clone());
-        }
-        let f = self.module.load_function(name).map_err(GpuError::driver("cuModuleGetFunction"))?;
-        funcs.insert(name.to_string(), f.clone());
-        Ok(f)
+        self.m.context()
     }
 
     /// Plan with the stats kernel's resident blocks per SM as the persistent grid's depth.
     pub fn plan(&self, norm: &BatchNorm, storage: Storage, layout: Layout, tuning: &BatchTuning) -> Result<BatchPlan> {
-        let dev = |bps: u32| Device { sm_count: self.info.sm_count, blocks_per_sm: bps.max(1), smem_per_block: self.info.smem_per_block_optin };
-        let first = plan_batch(norm, storage, layout, tuning, &dev(1))?;
-        let f = self.function(&first.stats1)?;
-        let occ = f
-            .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
-            .map_err(GpuError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+        let first = plan_batch(norm, storage, layout, tuning, &self.m.device(1))?;
+        let f = self.m.function(&first.stats1, 0)?;
+        let occ = self.m.occupancy(&f, THREADS, 0)?;
         if occ == 0 {
-            return Err(GpuError::Plan(PlanError(format!("{}: no block of {THREADS} threads fits on an SM of {}", first.stats1, self.info.name))));
+            return Err(GpuError::Plan(PlanError(format!("{}: no block of {THREADS} threads fits on an SM of {}", first.stats1, self.info().name))));
         }
-        Ok(plan_batch(norm, storage, layout, tuning, &dev(occ))?)
+        Ok(plan_batch(norm, storage, layout, tuning, &self.m.device(occ))?)
     }
 
     unsafe fn go<P: Copy>(&self, stream: &Arc<CudaStream>, name: &str, grid: u32, params: P) -> Result<()>
     where
         ParamArg<P>: DeviceRepr,
     {
-        let f = self.function(name)?;
+        let f = self.m.function(name, 0)?;
         launch(stream, &f, name, grid.max(1), THREADS, 0, &ParamArg(params))
     }
 

@@ -152,7 +152,7 @@ impl Half16 for bf16 {
     }
 }
 
-/// splitmix64 + Box-Muller: deterministic data without a dependency.
+/// splitmix64 + Box-Muller: deterministic data without a dependency (all of gpu-check's cases).
 pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -168,7 +168,8 @@ impl Rng {
     pub(crate) fn normal(&mut self) -> f64 {
         (-2.0 * self.uniform().ln()).sqrt() * (std::f64::consts::TAU * self.uniform()).cos()
     }
-    pub(crate) fn vec<T: Half16>(&mut self, len: usize, mean: f64, scale: f64) -> Vec<T> {
+    /// `len` draws of N(mean, scale^2), rounded to `T`.
+    pub(crate) fn vec<T: Element>(&mut self, len: usize, mean: f64, scale: f64) -> Vec<T> {
         (0..len).map(|_| T::from_f64(mean + scale * self.normal())).collect()
     }
 }

@@ -20,10 +20,10 @@ use half::{bf16, f16};
 use normlab_kernels::batch::{BatchNorm, BatchTuning};
 use normlab_kernels::list::Storage;
 use normlab_norms::batch::{self, mean_only, Layout, Mode, RunningStats};
-use normlab_norms::{Accum, DType, NormKind, NormSpec, RowStats};
+use normlab_norms::{Accum, NormKind, NormSpec, RowStats};
 
 use crate::gpu::batch::{BatchKernels, BnBwdBuffers, BnFwdBuffers, DevRunning};
-use crate::gpu::check::Session;
+use crate::gpu::check::{to64, Half16, Rng, Session};
 use crate::gpu::error::{GpuError, Result};
 use crate::gpu::ulp::{max_ulp_error, UlpError};
 
@@ -120,78 +120,14 @@ pub fn cases(quick: bool) -> Vec<(BatchNorm, Storage, Layout)> {
     v
 }
 
-trait Half16: Copy + Default {
-    const DT: DType;
-    fn from_f64(v: f64) -> Self;
-    fn to_f64(self) -> f64;
-    fn to_bits(self) -> u16;
-    fn from_bits(b: u16) -> Self;
-}
-impl Half16 for f16 {
-    const DT: DType = DType::F16;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn to_bits(self) -> u16 {
-        f16::to_bits(self)
-    }
-    fn from_bits(b: u16) -> Self {
-        f16::from_bits(b)
-    }
-}
-impl Half16 for bf16 {
-    const DT: DType = DType::BF16;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn to_bits(self) -> u16 {
-        bf16::to_bits(self)
-    }
-    fn from_bits(b: u16) -> Self {
-        bf16::from_bits(b)
-    }
-}
-
-/// splitmix64 + Box-Muller.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn normal(&mut self) -> f64 {
-        let u = ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        let v = ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-    fn vec(&mut self, len: usize, mean: f64, scale: f64) -> Vec<f64> {
-        (0..len).map(|_| mean + scale * self.normal()).collect()
-    }
-}
-
 struct Dev<'a> {
     s: &'a Session,
 }
 
 impl Dev<'_> {
-    fn up16<T: Half16>(&self, v: &[f64]) -> Result<(CudaSlice<u16>, Vec<f64>)> {
-        let t: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
-        let bits: Vec<u16> = t.iter().map(|x| x.to_bits()).collect();
-        let d = self.s.stream.clone_htod(&bits).map_err(GpuError::driver("cuMemcpyHtoD"))?;
-        Ok((d, t.iter().map(|x| x.to_f64()).collect()))
-    }
-    fn down16<T: Half16>(&self, d: &CudaSlice<u16>) -> Result<Vec<f64>> {
-        let bits = self.s.stream.clone_dtoh(d).map_err(GpuError::driver("cuMemcpyDtoH"))?;
-        Ok(bits.into_iter().map(|b| T::from_bits(b).to_f64()).collect())
+    /// The values on the device and as f64 (exact).
+    fn up16<T: Half16>(&self, v: &[T]) -> Result<(CudaSlice<u16>, Vec<f64>)> {
+        Ok((self.s.upload(v)?, to64(v)))
     }
     fn zeros<V: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<V>> {
         self.s.stream.alloc_zeros::<V>(n.max(1)).map_err(GpuError::driver("cuMemAlloc"))
@@ -278,7 +214,7 @@ fn check_case<T: Half16>(s: &Session, k: &Arc<BatchKernels>, norm: &BatchNorm, s
     let (dw_, w) = d.up16::<T>(&rng.vec(c, 1.0, 0.5))?;
     let (db_, b) = d.up16::<T>(&rng.vec(c, 0.0, 0.5))?;
     let mut run = RunningStats::new(c).with_momentum(0.25);
-    run.mean = rng.vec(c, 0.0, 0.1);
+    run.mean = rng.vec::<f64>(c, 0.0, 0.1);
     run.spread = (0..c).map(|i| 0.5 + 0.01 * i as f64).collect();
     let mut drm = st.clone_htod(&run.mean).map_err(GpuError::driver("cuMemcpyHtoD"))?;
     let mut drs = st.clone_htod(&run.spread).map_err(GpuError::driver("cuMemcpyHtoD"))?;
@@ -324,13 +260,13 @@ fn check_case<T: Half16>(s: &Session, k: &Arc<BatchKernels>, norm: &BatchNorm, s
         let (xhat, _) = ref_forward(norm, l, &x, None, None, mode, Some(&mut run.clone()))?;
         let (dx_ref, dw_ref, db_ref) = ref_backward(norm, l, &x, &dy, mode, &st_ref, wv)?;
         let dt = T::DT;
-        let y_gpu = d.down16::<T>(&dy_out)?;
+        let y_gpu = s.download::<T>(&dy_out)?;
         let y_err = max_ulp_error(dt, &y_gpu, &y_ref, &|i| 2f64.powi(-20) * ((y_ref[i] - b[channel_of(&l, i)]).abs() + b[channel_of(&l, i)].abs()));
         let (dx_slack, aw, ab) = slacks(norm, &l, &dy, wv, &xhat, &dx_ref, &st_ref, mode);
-        let dx_gpu = d.down16::<T>(&ddx)?;
+        let dx_gpu = s.download::<T>(&ddx)?;
         let dx_err = max_ulp_error(dt, &dx_gpu, &dx_ref, &|i| dx_slack[channel_of(&l, i)]);
-        let db_err = max_ulp_error(dt, &d.down16::<T>(&dgb)?, &db_ref, &|ch| 2f64.powi(-18) * ab[ch]);
-        let dw_err = (!mean_only).then(|| -> Result<UlpError> { Ok(max_ulp_error(dt, &d.down16::<T>(&dgw)?, &dw_ref, &|ch| 2f64.powi(-18) * aw[ch])) }).transpose()?;
+        let db_err = max_ulp_error(dt, &s.download::<T>(&dgb)?, &db_ref, &|ch| 2f64.powi(-18) * ab[ch]);
+        let dw_err = (!mean_only).then(|| -> Result<UlpError> { Ok(max_ulp_error(dt, &s.download::<T>(&dgw)?, &dw_ref, &|ch| 2f64.powi(-18) * aw[ch])) }).transpose()?;
         let mut run_err = 0.0f64;
         if mode == Mode::Train {
             let gm = st.clone_dtoh(&drm).map_err(GpuError::driver("cuMemcpyDtoH"))?;

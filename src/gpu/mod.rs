@@ -8,10 +8,11 @@
 //!   options, architecture and NVRTC version, written atomically).
 //! - [`ulp`]: errors in ulps of the storage type against the f64 reference.
 //! - with `cuda`: [`nvrtc`] (library, headers, target, compilation), [`device`] (driver checks,
-//!   device properties), [`module`] (compile + load through the cache), [`args`] (parameter
-//!   structs), [`rows`] (launch wrappers of the row kernels), [`updates`] (launch wrappers of the
-//!   fused nGPT/anGPT residual updates), [`batch`] (the batch-norm launch sequences), [`copy`]
-//!   (copy kernel), [`check`], [`check_updates`] and [`check_batch`] (`normlab gpu-check`);
+//!   device properties), [`module`] (compile + load through the cache; the loaded module and
+//!   per-context cache that the three kernel families share), [`args`] (parameter structs),
+//!   [`rows`] (launch wrappers of the row kernels), [`updates`] (launch wrappers of the fused
+//!   nGPT/anGPT residual updates), [`batch`] (the batch-norm launch sequences), [`copy`] (copy
+//!   kernel), [`check`], [`check_updates`] and [`check_batch`] (`normlab gpu-check`);
 //!   with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
 //!
 //! Without the `cuda` feature only the pieces that need no driver exist, and the commands that

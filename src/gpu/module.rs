@@ -1,14 +1,19 @@
 //! Compiling an embedded CUDA source for a context's device and loading it as a module, through
-//! the process-wide image cache (memory, then `~/.cache/normlab/ptx`, then NVRTC).
+//! the process-wide image cache (memory, then `~/.cache/normlab/ptx`, then NVRTC), and
+//! [`FamilyModule`], the loaded module as the launch wrappers of the kernel families use it.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaModule};
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
+use normlab_kernels::plan::Device;
 
 use crate::gpu::cache::{CacheKey, DiskCache, ImageCache, ImageKind, Origin};
-use crate::gpu::error::{GpuError, Result};
+use crate::gpu::device::{describe, DeviceInfo};
+use crate::gpu::error::{GpuError, PlanError, Result};
 use crate::gpu::nvrtc;
 
 /// Where a module's image came from and what it targets.
@@ -77,4 +82,128 @@ pub fn load(ctx: &Arc<CudaContext>, src: &Source) -> Result<(Arc<CudaModule>, Im
         cache_file: images().disk().map(|d| d.path(&key)),
     };
     Ok((module, info))
+}
+
+/// Dynamic shared memory a kernel may use without opting in.
+const SMEM_DEFAULT_LIMIT: usize = 48 * 1024;
+
+/// One kernel family's source loaded in one context: the part that the launch wrappers
+/// ([`crate::gpu::rows::RowKernels`], [`crate::gpu::updates::UpdateKernels`],
+/// [`crate::gpu::batch::BatchKernels`]) have in common, so that each of them keeps only its
+/// plans, parameter structs and launch sequences.
+pub struct FamilyModule {
+    ctx: Arc<CudaContext>,
+    info: DeviceInfo,
+    module: Arc<CudaModule>,
+    image: ImageInfo,
+    /// Shared memory kept for the family's static arrays when planning dynamic shared memory.
+    static_smem_reserve: usize,
+    /// Function handles and the dynamic shared memory each was opted in to.
+    funcs: Mutex<HashMap<String, (CudaFunction, usize)>>,
+}
+
+impl FamilyModule {
+    /// Describe `ctx`'s device, then compile (or fetch from the caches) and load `src` for it.
+    pub fn load(ctx: &Arc<CudaContext>, src: &Source, static_smem_reserve: usize) -> Result<Self> {
+        let info = describe(ctx)?;
+        let (module, image) = load(ctx, src)?;
+        Ok(FamilyModule { ctx: ctx.clone(), info, module, image, static_smem_reserve, funcs: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    pub fn image(&self) -> &ImageInfo {
+        &self.image
+    }
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// `Debug` of a wrapper: its name, the device and the image (not the handles).
+    pub fn fmt_as(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name).field("info", &self.info).field("image", &self.image).finish()
+    }
+
+    /// The planning view of the device: the opt-in shared memory less the family's reserve.
+    pub fn device(&self, blocks_per_sm: u32) -> Device {
+        Device {
+            sm_count: self.info.sm_count,
+            blocks_per_sm: blocks_per_sm.max(1),
+            smem_per_block: self.info.smem_per_block_optin.saturating_sub(self.static_smem_reserve),
+        }
+    }
+
+    /// The function `name` (looked up once), opted in to `smem` bytes of dynamic shared memory
+    /// when that is more than it may already use (48 KiB without opting in).
+    pub fn function(&self, name: &str, smem: usize) -> Result<CudaFunction> {
+        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
+        if !funcs.contains_key(name) {
+            let f = self.module.load_function(name).map_err(GpuError::driver("cuModuleGetFunction"))?;
+            funcs.insert(name.to_string(), (f, SMEM_DEFAULT_LIMIT));
+        }
+        let (f, allowed) = funcs.get_mut(name).expect("inserted above");
+        if smem > *allowed {
+            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+                .map_err(GpuError::driver("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
+            *allowed = smem;
+        }
+        Ok(f.clone())
+    }
+
+    /// Resident blocks of `f` per SM for blocks of `block` threads with `smem` bytes of dynamic
+    /// shared memory (0 when none fits).
+    pub fn occupancy(&self, f: &CudaFunction, block: u32, smem: usize) -> Result<u32> {
+        f.occupancy_max_active_blocks_per_multiprocessor(block, smem, None)
+            .map_err(GpuError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+    }
+
+    /// A persistent-grid plan: `plan` for one block per SM, then again for the planned kernel's
+    /// real occupancy (`launch` reads the kernel's name, block and dynamic shared memory from a
+    /// plan), so that grid = min(blocks needed, SMs x resident blocks per SM).
+    pub fn plan_persistent<P, E: Into<GpuError>>(
+        &self,
+        plan: impl Fn(&Device) -> std::result::Result<P, E>,
+        launch: impl Fn(&P) -> (&str, u32, usize),
+    ) -> Result<(P, CudaFunction)> {
+        let first = plan(&self.device(1)).map_err(Into::into)?;
+        let (kernel, block, smem) = launch(&first);
+        let f = self.function(kernel, smem)?;
+        let occ = self.occupancy(&f, block, smem)?;
+        if occ == 0 {
+            return Err(GpuError::Plan(PlanError(format!(
+                "{kernel}: no block of {block} threads with {smem} bytes of shared memory fits on an SM of {}",
+                self.info.name
+            ))));
+        }
+        Ok((plan(&self.device(occ)).map_err(Into::into)?, f))
+    }
+}
+
+/// One value per CUDA context for the process (a family's kernels in candle's contexts, say),
+/// loaded at the first request; a `static` of each wrapper.
+pub struct PerContext<T>(OnceLock<Mutex<HashMap<usize, Arc<T>>>>);
+
+impl<T> Default for PerContext<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> PerContext<T> {
+    pub const fn new() -> Self {
+        PerContext(OnceLock::new())
+    }
+
+    /// The value of `ctx`, made by `load` if there is none yet (an error is not kept).
+    pub fn get_or_load(&self, ctx: &Arc<CudaContext>, load: impl FnOnce(&Arc<CudaContext>) -> Result<T>) -> Result<Arc<T>> {
+        let mut all = self.0.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        let key = ctx.cu_ctx() as usize;
+        if let Some(k) = all.get(&key) {
+            return Ok(k.clone());
+        }
+        let k = Arc::new(load(ctx)?);
+        all.insert(key, k.clone());
+        Ok(k)
+    }
 }

@@ -14,26 +14,22 @@
 //! Buffers are raw device addresses so that the same wrappers serve the standalone runtime
 //! (gpu-check, bench) and candle's tensors (feature `candle-cuda`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg};
 use normlab_kernels::list::{Direction, FwdVariant, Storage};
 use normlab_kernels::plan::{plan, plan_variant, Device, LaunchPlan, FINALIZE_THREADS};
 use normlab_kernels::sources;
 use normlab_norms::NormSpec;
 
 use crate::gpu::args::{bwd_params, finalize_params, fwd_params, fwd_var_params, BwdBuffers, DevPtr, FwdBuffers, ParamArg};
-use crate::gpu::device::{describe, DeviceInfo};
-use crate::gpu::error::{GpuError, PlanError, Result};
-use crate::gpu::module::{load, ImageInfo, Source};
+use crate::gpu::device::DeviceInfo;
+use crate::gpu::error::{GpuError, Result};
+use crate::gpu::module::{FamilyModule, ImageInfo, PerContext, Source};
 
 /// Shared memory left for the kernels' static arrays (block reductions, about 0.8 KiB) when
 /// planning dynamic shared memory against the device's opt-in limit.
 pub const STATIC_SMEM_RESERVE: usize = 1024;
-/// Dynamic shared memory a kernel may use without opting in.
-const SMEM_DEFAULT_LIMIT: usize = 48 * 1024;
 
 /// The row-norm source as the runtime compiles it.
 pub const ROWNORM: Source = Source {
@@ -60,74 +56,40 @@ pub struct BwdArgs {
 
 /// The row kernels loaded in one context.
 pub struct RowKernels {
-    ctx: Arc<CudaContext>,
-    info: DeviceInfo,
-    module: Arc<CudaModule>,
-    image: ImageInfo,
-    /// Function handles and the dynamic shared memory each was opted in to.
-    funcs: Mutex<HashMap<String, (CudaFunction, usize)>>,
+    m: FamilyModule,
 }
 
 impl std::fmt::Debug for RowKernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RowKernels").field("info", &self.info).field("image", &self.image).finish()
+        self.m.fmt_as("RowKernels", f)
     }
 }
 
 impl RowKernels {
     /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let info = describe(ctx)?;
-        let (module, image) = load(ctx, &ROWNORM)?;
-        Ok(RowKernels { ctx: ctx.clone(), info, module, image, funcs: Mutex::new(HashMap::new()) })
+        Ok(RowKernels { m: FamilyModule::load(ctx, &ROWNORM, STATIC_SMEM_RESERVE)? })
     }
 
     /// The kernels of `ctx`, loaded once per context for the process (candle's contexts).
     pub fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Self>> {
-        static ALL: OnceLock<Mutex<HashMap<usize, Arc<RowKernels>>>> = OnceLock::new();
-        let mut all = ALL.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-        let key = ctx.cu_ctx() as usize;
-        if let Some(k) = all.get(&key) {
-            return Ok(k.clone());
-        }
-        let k = Arc::new(RowKernels::load(ctx)?);
-        all.insert(key, k.clone());
-        Ok(k)
+        static ALL: PerContext<RowKernels> = PerContext::new();
+        ALL.get_or_load(ctx, Self::load)
     }
 
     pub fn info(&self) -> &DeviceInfo {
-        &self.info
+        self.m.info()
     }
     pub fn image(&self) -> &ImageInfo {
-        &self.image
+        self.m.image()
     }
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        self.m.context()
     }
 
     /// The planning view of the device.
     pub fn device(&self, blocks_per_sm: u32) -> Device {
-        Device {
-            sm_count: self.info.sm_count,
-            blocks_per_sm: blocks_per_sm.max(1),
-            smem_per_block: self.info.smem_per_block_optin.saturating_sub(STATIC_SMEM_RESERVE),
-        }
-    }
-
-    /// The function `name`, opted in to `smem` bytes of dynamic shared memory.
-    fn function(&self, name: &str, smem: usize) -> Result<CudaFunction> {
-        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
-        if !funcs.contains_key(name) {
-            let f = self.module.load_function(name).map_err(GpuError::driver("cuModuleGetFunction"))?;
-            funcs.insert(name.to_string(), (f, SMEM_DEFAULT_LIMIT));
-        }
-        let (f, allowed) = funcs.get_mut(name).expect("inserted above");
-        if smem > *allowed {
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-                .map_err(GpuError::driver("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
-            *allowed = smem;
-        }
-        Ok(f.clone())
+        self.m.device(blocks_per_sm)
     }
 
     /// Plan, then re-plan the persistent grid with the kernel's occupancy.
@@ -142,19 +104,7 @@ impl RowKernels {
         want_dw: bool,
         want_db: bool,
     ) -> Result<(LaunchPlan, CudaFunction)> {
-        let p = plan(spec, storage, dir, rows, n, want_dw, want_db, &self.device(1))?;
-        let f = self.function(&p.kernel, p.smem)?;
-        let occ = f
-            .occupancy_max_active_blocks_per_multiprocessor(p.block, p.smem, None)
-            .map_err(GpuError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-        if occ == 0 {
-            return Err(GpuError::Plan(PlanError(format!(
-                "{}: no block of {} threads with {} bytes of shared memory fits on an SM of {}",
-                p.kernel, p.block, p.smem, self.info.name
-            ))));
-        }
-        let p = plan(spec, storage, dir, rows, n, want_dw, want_db, &self.device(occ))?;
-        Ok((p, f))
+        self.m.plan_persistent(|dev| plan(spec, storage, dir, rows, n, want_dw, want_db, dev), |p| (&p.kernel, p.block, p.smem))
     }
 
     /// [`RowKernels::plan`] for a forward variant (`plan_variant`: pure-half or fp8 output).
@@ -168,19 +118,7 @@ impl RowKernels {
         n: usize,
         out_scale: f32,
     ) -> Result<(LaunchPlan, CudaFunction)> {
-        let p = plan_variant(spec, storage, variant, rows, n, out_scale, &self.device(1))?;
-        let f = self.function(&p.kernel, p.smem)?;
-        let occ = f
-            .occupancy_max_active_blocks_per_multiprocessor(p.block, p.smem, None)
-            .map_err(GpuError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-        if occ == 0 {
-            return Err(GpuError::Plan(PlanError(format!(
-                "{}: no block of {} threads with {} bytes of shared memory fits on an SM of {}",
-                p.kernel, p.block, p.smem, self.info.name
-            ))));
-        }
-        let p = plan_variant(spec, storage, variant, rows, n, out_scale, &self.device(occ))?;
-        Ok((p, f))
+        self.m.plan_persistent(|dev| plan_variant(spec, storage, variant, rows, n, out_scale, dev), |p| (&p.kernel, p.block, p.smem))
     }
 
     /// Enqueue a forward variant over `b.rows` rows of `n` elements of `storage`:
@@ -264,7 +202,7 @@ impl RowKernels {
             launch(stream, &f, &p.kernel, p.grid, p.block, p.smem, &arg)?;
         }
         if let Some(fin) = &p.finalize {
-            let ff = self.function(fin, 0)?;
+            let ff = self.m.function(fin, 0)?;
             for (part, out) in [(dw_addr, b.dweight), (db_addr, b.dbias)] {
                 let (Some(part), Some(out)) = (part, out) else { continue };
                 let arg = ParamArg(finalize_params(part, out, nparts, p.n));

@@ -12,25 +12,19 @@
 //! `nl_update_finalize` (block order: deterministic for a device). Buffers are raw device
 //! addresses (the standalone runtime and, later, candle's tensors).
 
-use std::collections::HashMap;
-use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtrMut, DeviceRepr};
 use normlab_kernels::list::{Direction, Storage};
-use normlab_kernels::plan::Device;
 use normlab_kernels::residual::{plan_update, vec_ok, Update, UpdBwdParams, UpdFinalizeParams, UpdFwdParams, UpdatePlan, UpdateStats, FINALIZE_THREADS};
 use normlab_kernels::sources;
 
-use crate::gpu::args::{DevPtr, ParamArg};
-use crate::gpu::device::{describe, DeviceInfo};
+use crate::gpu::args::{ptr as p, ptr_mut as pm, DevPtr, ParamArg};
+use crate::gpu::device::DeviceInfo;
 use crate::gpu::error::{GpuError, PlanError, Result};
-use crate::gpu::module::{load, ImageInfo, Source};
+use crate::gpu::module::{FamilyModule, ImageInfo, PerContext, Source};
 use crate::gpu::rows::launch;
 
-/// Dynamic shared memory a kernel may use without opting in.
-const SMEM_DEFAULT_LIMIT: usize = 48 * 1024;
 /// Shared memory left for the update kernels' static arrays (block reductions: at most 1152
 /// bytes in the compile gate's report) when planning against the device's opt-in limit.
 pub const UPDATE_STATIC_SMEM_RESERVE: usize = 2048;
@@ -82,13 +76,6 @@ pub struct UpdBwdArgs {
     pub da: Option<DevPtr>,
 }
 
-fn p(a: DevPtr) -> *const c_void {
-    a as usize as *const c_void
-}
-fn pm(a: DevPtr) -> *mut c_void {
-    a as usize as *mut c_void
-}
-
 /// The forward's parameter struct (`vec_ok` when h, b, y are congruent modulo 16 and d % 8 == 0).
 pub fn fwd_params(plan: &UpdatePlan, b: &UpdFwdBuffers) -> UpdFwdParams {
     UpdFwdParams {
@@ -125,67 +112,32 @@ pub fn bwd_params(plan: &UpdatePlan, b: &UpdBwdArgs, da_part: Option<DevPtr>) ->
 
 /// The update kernels loaded in one context.
 pub struct UpdateKernels {
-    info: DeviceInfo,
-    module: Arc<CudaModule>,
-    image: ImageInfo,
-    funcs: Mutex<HashMap<String, (CudaFunction, usize)>>,
+    m: FamilyModule,
 }
 
 impl std::fmt::Debug for UpdateKernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpdateKernels").field("info", &self.info).field("image", &self.image).finish()
+        self.m.fmt_as("UpdateKernels", f)
     }
 }
 
 impl UpdateKernels {
     /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let info = describe(ctx)?;
-        let (module, image) = load(ctx, &RESIDUAL)?;
-        Ok(UpdateKernels { info, module, image, funcs: Mutex::new(HashMap::new()) })
+        Ok(UpdateKernels { m: FamilyModule::load(ctx, &RESIDUAL, UPDATE_STATIC_SMEM_RESERVE)? })
     }
 
     /// The kernels of `ctx`, loaded once per context for the process.
     pub fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Self>> {
-        static ALL: OnceLock<Mutex<HashMap<usize, Arc<UpdateKernels>>>> = OnceLock::new();
-        let mut all = ALL.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-        let key = ctx.cu_ctx() as usize;
-        if let Some(k) = all.get(&key) {
-            return Ok(k.clone());
-        }
-        let k = Arc::new(UpdateKernels::load(ctx)?);
-        all.insert(key, k.clone());
-        Ok(k)
+        static ALL: PerContext<UpdateKernels> = PerContext::new();
+        ALL.get_or_load(ctx, Self::load)
     }
 
     pub fn info(&self) -> &DeviceInfo {
-        &self.info
+        self.m.info()
     }
     pub fn image(&self) -> &ImageInfo {
-        &self.image
-    }
-
-    fn device(&self, blocks_per_sm: u32) -> Device {
-        Device {
-            sm_count: self.info.sm_count,
-            blocks_per_sm: blocks_per_sm.max(1),
-            smem_per_block: self.info.smem_per_block_optin.saturating_sub(UPDATE_STATIC_SMEM_RESERVE),
-        }
-    }
-
-    fn function(&self, name: &str, smem: usize) -> Result<CudaFunction> {
-        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
-        if !funcs.contains_key(name) {
-            let f = self.module.load_function(name).map_err(GpuError::driver("cuModuleGetFunction"))?;
-            funcs.insert(name.to_string(), (f, SMEM_DEFAULT_LIMIT));
-        }
-        let (f, allowed) = funcs.get_mut(name).expect("inserted above");
-        if smem > *allowed {
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-                .map_err(GpuError::driver("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
-            *allowed = smem;
-        }
-        Ok(f.clone())
+        self.m.image()
     }
 
     /// Plan, then re-plan the persistent grid with the kernel's occupancy.
@@ -201,19 +153,7 @@ impl UpdateKernels {
         eps: f64,
         want_da: bool,
     ) -> Result<(UpdatePlan, CudaFunction)> {
-        let pl = plan_update(update, storage, dir, rows, d, a_len, eps, want_da, &self.device(1))?;
-        let f = self.function(&pl.kernel, pl.smem)?;
-        let occ = f
-            .occupancy_max_active_blocks_per_multiprocessor(pl.block, pl.smem, None)
-            .map_err(GpuError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-        if occ == 0 {
-            return Err(GpuError::Plan(PlanError(format!(
-                "{}: no block of {} threads with {} bytes of shared memory fits on an SM of {}",
-                pl.kernel, pl.block, pl.smem, self.info.name
-            ))));
-        }
-        let pl = plan_update(update, storage, dir, rows, d, a_len, eps, want_da, &self.device(occ))?;
-        Ok((pl, f))
+        self.m.plan_persistent(|dev| plan_update(update, storage, dir, rows, d, a_len, eps, want_da, dev), |pl| (&pl.kernel, pl.block, pl.smem))
     }
 
     /// Enqueue the forward over `b.rows` rows of `d` elements of `storage` on `stream`.
@@ -254,7 +194,7 @@ impl UpdateKernels {
             launch(stream, &f, &pl.kernel, pl.grid, pl.block, pl.smem, &arg)?;
         }
         if let (Some(fin), Some(part), Some(out)) = (pl.finalize, part_addr, b.da) {
-            let ff = self.function(fin, 0)?;
+            let ff = self.m.function(fin, 0)?;
             let arg = ParamArg(UpdFinalizeParams { part: part as usize as *const f32, out: out as usize as *mut f32, nparts: nparts as i32, n: pl.a_len });
             launch(stream, &ff, fin, pl.finalize_grid, FINALIZE_THREADS, 0, &arg)?;
         }
@@ -266,6 +206,7 @@ impl UpdateKernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use normlab_kernels::plan::Device;
 
     #[test]
     fn forward_fields_come_from_the_plan_and_the_buffers() {
