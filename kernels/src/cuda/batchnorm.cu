@@ -1107,6 +1107,9 @@ __device__ __forceinline__ void cut(const CutParams& p) {
         seen += cnt;
       }
     }
+    // Every lane read p.aux[ch] above; without a ballot in between (a NaN channel: t is NaN),
+    // lane 0's store would race with those reads.
+    __syncwarp();
     if (lane == 0) {
       ax.cut = found;
       p.aux[ch] = ax;

@@ -20,7 +20,8 @@
 //   reported with every thread's call site. All diagnostics abort() the process.
 // * Parallel engine (`Engine::Parallel`, the default under -fsanitize=thread|address): one std::thread per
 //   CUDA thread, `__syncthreads` is a std::barrier over the block, each warp collective one phase
-//   of a per-warp std::barrier (exited threads arrive_and_drop). Only the barriers order memory,
+//   of a per-warp std::barrier (exited threads arrive_and_drop), `__syncthreads_count/and/or` two
+//   phases of the block barrier around relaxed atomic counters. Only the barriers order memory,
 //   so ThreadSanitizer sees exactly CUDA's happens-before edges and reports missing barriers.
 // * Dynamic shared memory (`simt::dynamic_shared<T>()`) is a per-launch heap buffer filled with
 //   0xFF (NaN for f32/f16/bf16) before every block, so reads of unwritten shared data surface.
@@ -30,7 +31,7 @@
 //
 // Not emulated (see kernels/README.md): partial-warp collectives (every live lane must take part,
 // with a mask naming at least the live lanes), cooperative groups, inline PTX, inter-block
-// concurrency (blocks run one after another), __syncthreads_count/and/or in the parallel engine.
+// concurrency (blocks run one after another).
 #pragma once
 #ifndef SIMT_CPU
 #define SIMT_CPU 1
@@ -152,6 +153,7 @@ struct Thr {
   int pred = 0;
   unsigned ballot = 0;
   unsigned phase = 0;  // parallel engine: collective counter (slot parity)
+  unsigned bphase = 0; // parallel engine: __syncthreads_count counter (slot parity)
   ucontext_t ctx;
   char* stack = nullptr;
 };
@@ -174,6 +176,7 @@ struct Launch {
   std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
   std::vector<WarpSlots> slots;
   std::unique_ptr<std::atomic<int>[]> alive;
+  std::atomic<int> bcount[2];  // __syncthreads_count: predicates of the block, by parity
   // dynamic shared memory
   unsigned char* dyn = nullptr;
   size_t dyn_bytes = 0;
@@ -355,8 +358,11 @@ inline void run_block_parallel(Launch& l) {
   for (unsigned i = 0; i < l.nthreads; i++) {
     l.alive[i].store(1, std::memory_order_relaxed);
     l.thr[i].phase = 0;
+    l.thr[i].bphase = 0;
     l.thr[i].st = St::Runnable;
   }
+  l.bcount[0].store(0, std::memory_order_relaxed);
+  l.bcount[1].store(0, std::memory_order_relaxed);
   std::vector<std::thread> th;
   th.reserve(l.nthreads);
   for (unsigned i = 0; i < l.nthreads; i++) {
@@ -378,8 +384,21 @@ inline void syncthreads_impl(int pred, const std::source_location& loc, int* cou
   Launch* l = cur_launch();
   Thr& t = me();
   if (l->opt.engine == Engine::Parallel) {
-    if (count_out) fail("__syncthreads_count/and/or are not emulated by the parallel engine");
+    if (!count_out) {
+      l->block_bar->arrive_and_wait();
+      return;
+    }
+    // Count the predicates in this call's parity slot; read the total after the barrier; a
+    // second phase so that no thread resets this slot (below) before every thread has read it.
+    // The relaxed atomics add no ordering: only the barrier orders memory, as in CUDA.
+    const unsigned p = t.bphase++ & 1;
+    if (pred) l->bcount[p].fetch_add(1, std::memory_order_relaxed);
     l->block_bar->arrive_and_wait();
+    *count_out = l->bcount[p].load(std::memory_order_relaxed);
+    l->block_bar->arrive_and_wait();
+    // The slot is next used two calls later, after the next call's first barrier, which this
+    // thread reaches only after this store.
+    l->bcount[p].store(0, std::memory_order_relaxed);
     return;
   }
   t.st = St::Barrier;
