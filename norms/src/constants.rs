@@ -98,7 +98,7 @@ fn binom_cdf(m: usize, q: f64, j: usize) -> f64 {
         }
         mx + terms.iter().map(|t| (t - mx).exp()).sum::<f64>().ln()
     };
-    if j + 1 <= m - j {
+    if j < m - j {
         log_sum(0, j).exp().min(1.0)
     } else {
         (1.0 - log_sum(j + 1, m).exp()).max(0.0)

@@ -76,6 +76,7 @@ pub(crate) fn check_opt_len<T>(what: &'static str, expected: usize, v: Option<&[
 /// Number of rows of `x` viewed as `[rows, n]`, after validating the spec and lengths.
 fn rows_of<T>(spec: &NormSpec, x: &[T], n: usize) -> Result<usize> {
     spec.validate(n)?;
+    #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87, the MSRV is 1.85
     if x.len() % n != 0 {
         return Err(NormError::Shape(format!("input of {} elements is not a whole number of rows of n = {n}", x.len())));
     }
@@ -306,6 +307,9 @@ pub fn backward<T: Element>(
     crate::with_accum!(accum, A => backward_impl::<T, A>(spec, x, dy, n, stats, weight, dx, dweight, dbias))
 }
 
+/// One gradient block's result: its counters and its dweight / dbias partial sums.
+type BlockPartials<A> = (Counters, Option<Vec<A>>, Option<Vec<A>>);
+
 #[allow(clippy::too_many_arguments)]
 fn backward_impl<T: Element, A: Real>(
     spec: &NormSpec,
@@ -324,7 +328,7 @@ fn backward_impl<T: Element, A: Real>(
     let want_dw = dweight.is_some();
     let want_db = dbias.is_some();
     let rows_per_block = rows.div_ceil(GRAD_BLOCKS).max(1);
-    let results: Vec<(Counters, Option<Vec<A>>, Option<Vec<A>>)> = dx
+    let results: Vec<BlockPartials<A>> = dx
         .par_chunks_mut(n * rows_per_block)
         .zip(x.par_chunks(n * rows_per_block))
         .zip(dy.par_chunks(n * rows_per_block))

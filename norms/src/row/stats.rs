@@ -204,6 +204,7 @@ pub(crate) fn finish_l2<A: Real>(ctx: &RowCtx<A>, hi: A, q: A, eps: A) -> Raw<A>
     } else {
         let norm = q.sqrt();
         // Clamp as F.normalize: max(norm, eps); NaN propagates through `check`.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)] // deliberate: a NaN norm counts as clamped
         let clamped = !(norm >= eps);
         let d = if clamped { eps } else { norm };
         Raw { hi, lo, s: one / d, clamped, check: q, sumsq: q }
