@@ -92,3 +92,39 @@ fn a_runner_that_writes_no_summary_is_an_error() {
     assert!(e.contains("run gpt_plus-l2-f32-s1 failed: no training for gpt_plus-l2-f32-s1"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every unfinished cell is checked (`CellRunner::check_cell`, the device check of the real
+/// runner) before the first one trains: a cell the runner refuses stops the comparison at once,
+/// named, with nothing run.
+#[test]
+fn a_cell_the_runner_cannot_run_stops_the_comparison_before_any_training() {
+    struct Picky {
+        inner: FakeRunner,
+        refuse: String,
+    }
+    impl CellRunner for Picky {
+        fn run_cell(&self, cell: &Cell, out: &Path, resume: bool) -> Result<RunSummary, Box<dyn std::error::Error + Send + Sync>> {
+            self.inner.run_cell(cell, out, resume)
+        }
+        fn check_cell(&self, cell: &Cell) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            if cell.name == self.refuse {
+                return Err(format!("{} is not supported here", cell.name).into());
+            }
+            Ok(())
+        }
+    }
+    let dir = temp_dir("picky");
+    let preset = Preset::parse(&preset_text("1"), "synthetic").unwrap();
+    let last = preset.cells.last().unwrap().name.clone();
+    let picky = Picky { inner: FakeRunner::new(None), refuse: last.clone() };
+    let e = run_cells(&preset, &dir, &picky, false).unwrap_err();
+    assert!(matches!(&e, CompareError::Cell { cell, .. } if cell == &last), "{e}");
+    assert!(e.to_string().contains("is not supported here"), "{e}");
+    assert!(picky.inner.called().is_empty(), "{:?}", picky.inner.called());
+    // The real runner accepts every cell on the CPU.
+    let cpu = normlab::compare::TrainRunner { device: candle_core::Device::Cpu };
+    for cell in &preset.cells {
+        cpu.check_cell(cell).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

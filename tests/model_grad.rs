@@ -6,10 +6,10 @@ mod model_common;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use model_common::{cfg, norms_for, tokens, values};
-use normlab::model::{build, Arch, ForwardCtx, LanguageModel};
+use normlab::model::{build, Arch, ForwardCtx, LanguageModel, OpPath};
 use normlab::norms::Accum;
 
-const CTX: ForwardCtx = ForwardCtx { compute: DType::F64, accum: Accum::F64, probes: false, fp8_norm_io: false };
+const CTX: ForwardCtx = ForwardCtx { compute: DType::F64, accum: Accum::F64, probes: false, fp8_norm_io: false, ops: OpPath::Auto };
 
 /// `L = sum(logits * C)` with a fixed pseudo-random C.
 fn loss(model: &dyn LanguageModel, toks: &Tensor, c: &Tensor) -> Tensor {
@@ -73,7 +73,7 @@ fn a_short_training_run_lowers_the_loss_of_every_arch() {
         let model = build(&cfg(arch, normlab::model::NormChoice::L2, 64, 4, 2, vocab), DType::F32, 5, &Device::Cpu).unwrap();
         let vars: Vec<Var> = model.params().iter().map(|p| p.var.clone()).collect();
         let mut opt = AdamW::new(vars, ParamsAdamW { lr: 3e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0 }).unwrap();
-        let ctx = ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: false, fp8_norm_io: false };
+        let ctx = ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: false, fp8_norm_io: false, ops: OpPath::Auto };
         let start = std::time::Instant::now();
         let mut first = None;
         let mut last = 0.0;

@@ -5,11 +5,11 @@ mod model_common;
 
 use candle_core::{DType, Device};
 use model_common::{cfg, line_norms, tokens, values};
-use normlab::model::{build, Arch, ForwardCtx, LanguageModel, NormChoice};
+use normlab::model::{build, Arch, ForwardCtx, LanguageModel, NormChoice, OpPath};
 use normlab::norms::weight::unit_tolerance;
 use normlab::norms::Accum;
 
-const F64_CTX: ForwardCtx = ForwardCtx { compute: DType::F64, accum: Accum::F64, probes: true, fp8_norm_io: false };
+const F64_CTX: ForwardCtx = ForwardCtx { compute: DType::F64, accum: Accum::F64, probes: true, fp8_norm_io: false, ops: OpPath::Auto };
 
 fn unit(x: &[f64]) -> Vec<f64> {
     let n = x.iter().map(|v| v * v).sum::<f64>().sqrt();
@@ -141,7 +141,7 @@ fn init_invariants() {
             assert!((n - 1.0).abs() <= tol, "{}: line norm {n}", p.name);
         }
     }
-    let ctx = ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: true, fp8_norm_io: false };
+    let ctx = ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: true, fp8_norm_io: false, ops: OpPath::Auto };
     let out = model.forward(&tokens(4, 32, 256, 2), &ctx).unwrap();
     // Hidden states on the unit sphere after every layer.
     assert_eq!(out.probes.len(), 2);

@@ -5,7 +5,7 @@ mod model_common;
 
 use candle_core::{DType, Device, Tensor};
 use model_common::{cfg, line_norms, norms_for, tokens, values};
-use normlab::model::{build, AngptFactors, Arch, ForwardCtx, LanguageModel, ModelError, NormChoice};
+use normlab::model::{build, AngptFactors, Arch, ForwardCtx, LanguageModel, ModelError, NormChoice, OpPath};
 use normlab::norms::nu::angpt::{angpt_table, AngptConfig};
 use normlab::norms::nu::McConfig;
 use normlab::norms::weight::unit_tolerance;
@@ -18,7 +18,7 @@ fn forward_shape_and_dtype_for_every_arch_norm_and_dtype() {
             for dt in [DType::F32, DType::BF16, DType::F16] {
                 let c = cfg(arch, norm, 32, 4, 2, 64);
                 let model = build(&c, dt, 1, &Device::Cpu).unwrap_or_else(|e| panic!("{arch:?} {norm:?} {dt:?}: {e}"));
-                let ctx = ForwardCtx { compute: dt, accum: Accum::F32, probes: true, fp8_norm_io: false };
+                let ctx = ForwardCtx { compute: dt, accum: Accum::F32, probes: true, fp8_norm_io: false, ops: OpPath::Auto };
                 let out = model.forward(&tokens(2, 16, 64, 0), &ctx).unwrap_or_else(|e| panic!("{arch:?} {norm:?} {dt:?}: {e}"));
                 assert_eq!(out.logits.dims(), &[2, 16, 64]);
                 assert_eq!(out.logits.dtype(), DType::F32);
@@ -37,7 +37,7 @@ fn forward_shape_and_dtype_for_every_arch_norm_and_dtype() {
 fn mixed_precision_gives_f32_gradients_on_f32_masters() {
     for arch in Arch::ALL {
         let model = build(&cfg(arch, NormChoice::L2, 32, 4, 1, 64), DType::F32, 2, &Device::Cpu).unwrap();
-        let ctx = ForwardCtx { compute: DType::BF16, accum: Accum::F32, probes: false, fp8_norm_io: false };
+        let ctx = ForwardCtx { compute: DType::BF16, accum: Accum::F32, probes: false, fp8_norm_io: false, ops: OpPath::Auto };
         let out = model.forward(&tokens(2, 8, 64, 1), &ctx).unwrap();
         assert!(out.probes.is_empty());
         let grads = out.logits.sqr().unwrap().sum_all().unwrap().backward().unwrap();
@@ -138,7 +138,7 @@ fn safetensors_round_trip_is_exact() {
                 assert_eq!(values(pa.var.as_tensor()), values(pb.var.as_tensor()), "{arch:?} {}", pa.name);
             }
             // The layers hold the same Vars: the forward passes agree bit for bit.
-            let ctx = ForwardCtx { compute: dt, accum: Accum::F32, probes: false, fp8_norm_io: false };
+            let ctx = ForwardCtx { compute: dt, accum: Accum::F32, probes: false, fp8_norm_io: false, ops: OpPath::Auto };
             let t = tokens(2, 8, 64, 5);
             assert_eq!(values(&a.forward(&t, &ctx).unwrap().logits), values(&b.forward(&t, &ctx).unwrap().logits));
         }
@@ -198,7 +198,7 @@ fn angpt_factors_match_the_nu_engine() {
 fn angpt_keeps_the_residual_stream_near_unit_norm_at_init() {
     for norm in [NormChoice::L2, NormChoice::Nu] {
         let model = build(&cfg(Arch::AnGpt, norm, 64, 4, 4, 256), DType::F32, 8, &Device::Cpu).unwrap();
-        let ctx = ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: true, fp8_norm_io: false };
+        let ctx = ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: true, fp8_norm_io: false, ops: OpPath::Auto };
         let out = model.forward(&tokens(4, 32, 256, 6), &ctx).unwrap();
         for (i, p) in out.probes.iter().enumerate() {
             println!("anGPT {norm:?} layer {i}: ||h|| {:.4}, attn {:.4}, mlp {:.4}", p.residual_norm, p.attn_out_norm, p.mlp_out_norm);
@@ -250,6 +250,6 @@ fn bad_configs_give_typed_errors() {
     // Token ids outside the vocabulary are an error, not a panic.
     let model = build(&base, DType::F32, 0, &dev).unwrap();
     let bad = Tensor::new(&[[1u32, 256]], &dev).unwrap();
-    let e = model.forward(&bad, &ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: false, fp8_norm_io: false }).err().unwrap();
+    let e = model.forward(&bad, &ForwardCtx { compute: DType::F32, accum: Accum::F32, probes: false, fp8_norm_io: false, ops: OpPath::Auto }).err().unwrap();
     assert!(e.to_string().contains("256"), "{e}");
 }

@@ -26,6 +26,12 @@ use crate::train::{Record, RunOptions, RunSummary};
 /// Trains one cell into `out` (writing `metrics.jsonl`, checkpoints and finally `summary.json`).
 pub trait CellRunner {
     fn run_cell(&self, cell: &Cell, out: &Path, resume: bool) -> std::result::Result<RunSummary, Box<dyn std::error::Error + Send + Sync>>;
+
+    /// Whether the cell can run here at all (checked for every unfinished cell before the first
+    /// one starts, so an unsupported cell does not stop a comparison hours in). Default: yes.
+    fn check_cell(&self, _cell: &Cell) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        Ok(())
+    }
 }
 
 /// The real runner: `crate::train::run`.
@@ -37,6 +43,12 @@ impl CellRunner for TrainRunner {
     fn run_cell(&self, cell: &Cell, out: &Path, resume: bool) -> std::result::Result<RunSummary, Box<dyn std::error::Error + Send + Sync>> {
         let opts = RunOptions { device: self.device.clone(), resume, progress: false };
         Ok(crate::train::run(&cell.config, &cell.name, out, &opts)?)
+    }
+
+    /// `crate::train::check_device`: off the CPU the pure precision modes and fp8 storage are
+    /// refused (typed `TrainError`), before any cell trains.
+    fn check_cell(&self, cell: &Cell) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        Ok(crate::train::check_device(&cell.config.model, &cell.config.train, &self.device)?)
     }
 }
 
@@ -61,6 +73,9 @@ pub fn run_cells(preset: &Preset, dir: &Path, runner: &dyn CellRunner, progress:
         } else {
             todo.push(cell);
         }
+    }
+    for cell in &todo {
+        runner.check_cell(cell).map_err(|source| CompareError::Cell { cell: cell.name.clone(), source })?;
     }
     let total_steps: u64 = todo.iter().map(|c| c.config.train.steps).sum();
     let bar = if progress { ProgressBar::new(total_steps) } else { ProgressBar::hidden() };

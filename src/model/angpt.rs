@@ -124,12 +124,13 @@ impl AnGpt {
 
     /// `nu(a) (h + a (x - h)) = (nu(a) (1 - a)) h + (nu(a) a) x`, coefficients formed on the
     /// d-vectors first (in f32, f64 on the f64 path), then one fused op.
-    fn lerp(&self, h: &Tensor, x: &Tensor, alpha: &Scaled, dt: DType) -> Result<Tensor> {
+    fn lerp(&self, h: &Tensor, x: &Tensor, alpha: &Scaled, ctx: &ForwardCtx) -> Result<Tensor> {
+        let dt = ctx.compute;
         let a = alpha.effective(if dt == DType::F64 { DType::F64 } else { DType::F32 })?;
         let nu = lerp_factor(&a)?;
         let c_h = (a.affine(-1.0, 1.0)? * &nu)?.to_dtype(dt)?;
         let c_x = (a * nu)?.to_dtype(dt)?;
-        lerp(h, x, &c_h, &c_x)
+        lerp(h, x, &c_h, &c_x, ctx.ops)
     }
 
     /// The block output `x` (without its factor `nu`, nor the `extra` factor that was not
@@ -181,20 +182,20 @@ impl LanguageModel for AnGpt {
             let k = self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx, tel)?;
             let v = heads(&l.wv)?;
             let g = cast(&l.qk_gain, dt)?;
-            let y = causal_attention(&q, &k, &v, ScoreScale::PerHead(&g))?;
+            let y = causal_attention(&q, &k, &v, ScoreScale::PerHead(&g), ctx.ops)?;
             let (h_a, att_norm) = self.block_out(&linear(&y, &cast(&l.wo, dt)?)?, f.nu_p, f.nu_qkv, ctx)?;
-            h = self.lerp(&h, &h_a, &l.alpha_a, dt)?;
+            h = self.lerp(&h, &h_a, &l.alpha_a, ctx)?;
 
             // diag(mult) W_fc: u gets nu_uz nu_acf (linear in u), z gets g nu_uz.
-            let wfc = scale(l.wfc.as_tensor(), &self.fc_mult, ScaleAxis::First)?.to_dtype(dt)?;
-            let (h_m, mlp_norm) = self.block_out(&linear(&swiglu(&linear(&h, &wfc)?)?, &cast(&l.wproj, dt)?)?, f.nu_d, 1.0, ctx)?;
-            h = self.lerp(&h, &h_m, &l.alpha_m, dt)?;
+            let wfc = scale(l.wfc.as_tensor(), &self.fc_mult, ScaleAxis::First, ctx.ops)?.to_dtype(dt)?;
+            let (h_m, mlp_norm) = self.block_out(&linear(&swiglu(&linear(&h, &wfc)?, ctx.ops)?, &cast(&l.wproj, dt)?)?, f.nu_d, 1.0, ctx)?;
+            h = self.lerp(&h, &h_m, &l.alpha_m, ctx)?;
             if let (Some(attn_out_norm), Some(mlp_out_norm)) = (att_norm, mlp_norm) {
                 probes.push(LayerProbe { residual_norm: mean_norm(&h)?, attn_out_norm, mlp_out_norm });
             }
         }
         let sz = self.sz.var.as_tensor().affine(self.sz.factor, 0.0)?;
-        let head = scale(self.lm_head.as_tensor(), &sz, ScaleAxis::First)?.to_dtype(dt)?;
+        let head = scale(self.lm_head.as_tensor(), &sz, ScaleAxis::First, ctx.ops)?.to_dtype(dt)?;
         let logits = logits_out(linear(&h, &head)?)?;
         Ok(ForwardOut { logits, probes })
     }

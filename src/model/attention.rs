@@ -8,10 +8,14 @@
 //! output: `dz = p * (dy - sum(dy * p))`, `dscores = scale * dz`, and for a learnable per-head
 //! scale `dscale_h = sum over the head's rows of sum(scores * dz)` (row sums added in row order).
 //! The scale is either one constant or a learnable value per head (anGPT's g).
+//! These ops have only a `cpu_fwd`: on other devices [`causal_attention`] runs the composed
+//! form of the same softmax (`crate::model::composed`), chosen by its [`OpPath`] argument.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
+
+use crate::ops::OpPath;
 
 /// Softmax over the last dimension of `[.., H, T, T]` of `scale * x` with key positions `s > t`
 /// masked out (probability 0). `Const` scales by one constant; `PerHead` (as a `CustomOp2`)
@@ -246,8 +250,13 @@ pub(crate) enum ScoreScale<'a> {
 
 /// Causal attention of `q`, `k`, `v` `[B, T, H, d_h]` (compute dtype); returns `[B, T, H d_h]`.
 /// Scores are formed in the compute dtype, then scaled, masked and normalised in f32 (f64 when
-/// computing in f64); the probabilities are cast back for `p v`.
-pub(crate) fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: ScoreScale) -> Result<Tensor> {
+/// computing in f64); the probabilities are cast back for `p v`. The softmax is the custom op
+/// above, or, where `ops` says so (any non-CPU device under `OpPath::Auto`), the same function
+/// composed from candle ops (`crate::model::composed::causal_attention`).
+pub(crate) fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: ScoreScale, ops: OpPath) -> Result<Tensor> {
+    if ops.composed_on(&q.device().location()) {
+        return crate::model::composed::causal_attention(q, k, v, scale);
+    }
     let (b, t, h, d_h) = q.dims4()?;
     let dtype = q.dtype();
     let stats = if dtype == DType::F64 { DType::F64 } else { DType::F32 };

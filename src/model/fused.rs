@@ -14,6 +14,10 @@
 //! - [`swiglu`]: `u * SiLU(z)` on `[u | z]` (all three models; candle's `narrow` backward
 //!   alone builds two zero-padded copies of the full `[.., 2r]` gradient).
 //!
+//! Each entry point ([`scale`], [`lerp`], [`swiglu`]) takes an [`OpPath`]: these custom ops
+//! have only a `cpu_fwd`, so on another device (or with `OpPath::Composed`) the entry point runs
+//! the same function composed from candle ops instead (`crate::model::composed`).
+//!
 //! Arithmetic: in f32 for f32/f16/bf16 tensors (f64 for f64), rounded once into the output
 //! dtype. The vector gradients (`sum over rows of dy * x`) are accumulated in f32 (f64) over
 //! fixed blocks of rows, added in block order, so they do not depend on the thread count.
@@ -25,7 +29,9 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape
 use normlab_norms::Element;
 use rayon::prelude::*;
 
+use crate::model::composed;
 use crate::ops::storage::{read, with_dtype};
+use crate::ops::OpPath;
 
 /// Rows per block of the vector-gradient reductions (the order of the f32 sums is fixed by it).
 const ROW_BLOCK: usize = 64;
@@ -240,10 +246,16 @@ impl CustomOp3 for ScaleBwd {
 
 /// `y = x * s` with `s` (1-D, x's dtype) along `axis`: per feature (`Last`, length = last
 /// dimension) or per row (`First`, x 2-D, length = rows). Gradients for x and, when it tracks
-/// them, s.
-pub(crate) fn scale(x: &Tensor, s: &Tensor, axis: Axis) -> Result<Tensor> {
+/// them, s. The fused op, or its composed form where `ops` says so (`composed::scale`).
+pub(crate) fn scale(x: &Tensor, s: &Tensor, axis: Axis, ops: OpPath) -> Result<Tensor> {
     if axis == Axis::First && x.rank() != 2 {
         candle_core::bail!("scale along the first axis needs a matrix, got shape {:?}", x.dims());
+    }
+    if ops.composed_on(&x.device().location()) {
+        let (rows, n) = rows_n(x.layout())?;
+        check_dtypes("scale", x.dtype(), s.dtype())?;
+        check_scale(axis, rows, n, s.elem_count())?;
+        return composed::scale(x, s, axis);
     }
     x.apply_op2(s, Scale { axis })
 }
@@ -386,9 +398,16 @@ impl CustomOp3 for LerpBwd {
 }
 
 /// `y = c_h * h + c_x * x` over the last dimension: `h`, `x` of the same shape, `c_h`, `c_x`
-/// 1-D of the last dimension's size; all one dtype. Gradients for all four.
-pub(crate) fn lerp(h: &Tensor, x: &Tensor, c_h: &Tensor, c_x: &Tensor) -> Result<Tensor> {
+/// 1-D of the last dimension's size; all one dtype. Gradients for all four. The fused op, or
+/// its composed form where `ops` says so (`composed::lerp`).
+pub(crate) fn lerp(h: &Tensor, x: &Tensor, c_h: &Tensor, c_x: &Tensor, ops: OpPath) -> Result<Tensor> {
     let c = Tensor::stack(&[c_h, c_x], 0)?;
+    if ops.composed_on(&h.device().location()) {
+        check_dtypes("lerp", h.dtype(), x.dtype())?;
+        check_dtypes("lerp", h.dtype(), c.dtype())?;
+        check_lerp(h.layout(), x.layout(), c.layout())?;
+        return composed::lerp(h, x, c_h, c_x);
+    }
     h.apply_op3(x, &c, Lerp)
 }
 
@@ -503,8 +522,13 @@ impl CustomOp2 for SwiGluBwd {
 }
 
 /// SwiGLU on `uz = [u | z]` (last dimension `2r`, NVIDIA/ngpt's `c_fc` layout: u first, the
-/// gate z second): `u * SiLU(z)`, computed in f32 (f64) and rounded once.
-pub(crate) fn swiglu(uz: &Tensor) -> Result<Tensor> {
+/// gate z second): `u * SiLU(z)`, computed in f32 (f64) and rounded once. The fused op, or its
+/// composed form where `ops` says so (`composed::swiglu`).
+pub(crate) fn swiglu(uz: &Tensor, ops: OpPath) -> Result<Tensor> {
+    if ops.composed_on(&uz.device().location()) {
+        swiglu_r(uz.layout())?;
+        return composed::swiglu(uz);
+    }
     uz.apply_op1(SwiGlu)
 }
 
@@ -544,7 +568,7 @@ mod tests {
             let cx = var(wave(n, 0.9, 1.1), &[n], dt);
             let w = Tensor::from_vec(wave(b * t * n, 0.13, 0.7), (b, t, n), &Device::Cpu).unwrap().to_dtype(dt).unwrap();
 
-            let fused = lerp(&h, &x, &ch, &cx).unwrap();
+            let fused = lerp(&h, &x, &ch, &cx, OpPath::Fused).unwrap();
             let plain = (h.broadcast_mul(&ch).unwrap() + x.broadcast_mul(&cx).unwrap()).unwrap();
             close(&vals(&fused), &vals(&plain), "lerp");
             let gf = (fused * &w).unwrap().sum_all().unwrap().backward().unwrap();
@@ -555,7 +579,7 @@ mod tests {
 
             // SwiGLU against candle's narrow / silu / mul.
             let uz = var(wave(b * t * 2 * n, 0.43, 0.3).iter().map(|v| 3.0 * v).collect(), &[b, t, 2 * n], dt);
-            let fused = swiglu(&uz).unwrap();
+            let fused = swiglu(&uz, OpPath::Fused).unwrap();
             let plain = (uz.narrow(2, 0, n).unwrap() * uz.narrow(2, n, n).unwrap().silu().unwrap()).unwrap();
             close(&vals(&fused), &vals(&plain), "swiglu");
             let gf = (fused * &w).unwrap().sum_all().unwrap().backward().unwrap();
@@ -567,7 +591,7 @@ mod tests {
             let mt = m.t().unwrap();
             let s = var(wave(n, 2.1, 0.4), &[n], dt);
             let w2 = Tensor::from_vec(wave(7 * n, 0.29, 0.0), (7, n), &Device::Cpu).unwrap().to_dtype(dt).unwrap();
-            let fused = scale(&mt, &s, Axis::Last).unwrap();
+            let fused = scale(&mt, &s, Axis::Last, OpPath::Fused).unwrap();
             let plain = mt.broadcast_mul(&s).unwrap();
             close(&vals(&fused), &vals(&plain), "scale last");
             let gf = (fused * &w2).unwrap().sum_all().unwrap().backward().unwrap();
@@ -577,7 +601,7 @@ mod tests {
 
             // Per row.
             let r = var(wave(7, 1.7, 0.9), &[7], dt);
-            let fused = scale(&mt, &r, Axis::First).unwrap();
+            let fused = scale(&mt, &r, Axis::First, OpPath::Fused).unwrap();
             let plain = mt.broadcast_mul(&r.reshape((7, 1)).unwrap()).unwrap();
             close(&vals(&fused), &vals(&plain), "scale first");
             let gf = (fused * &w2).unwrap().sum_all().unwrap().backward().unwrap();
@@ -596,7 +620,7 @@ mod tests {
             let x = var(wave(4 * n, 0.71, 0.5), &[4, n], dt);
             let ch = var(wave(n, 1.3, 0.2), &[n], dt);
             let cx = var(wave(n, 0.9, 1.1), &[n], dt);
-            let y = vals(&lerp(&h, &x, &ch, &cx).unwrap());
+            let y = vals(&lerp(&h, &x, &ch, &cx, OpPath::Fused).unwrap());
             let (hv, xv, chv, cxv) = (vals(&h), vals(&x), vals(&ch), vals(&cx));
             for i in 0..4 * n {
                 let j = i % n;
@@ -607,15 +631,19 @@ mod tests {
         }
     }
 
+    /// Both paths refuse the same bad arguments with the same messages.
     #[test]
     fn bad_shapes_are_errors() {
         let d = Device::Cpu;
         let x = Tensor::zeros((3, 4), DType::F32, &d).unwrap();
-        assert!(scale(&x, &Tensor::zeros(3, DType::F32, &d).unwrap(), Axis::Last).unwrap_err().to_string().contains("length 3"));
-        assert!(scale(&x, &Tensor::zeros(4, DType::F32, &d).unwrap(), Axis::First).is_err());
-        assert!(scale(&x, &Tensor::zeros(4, DType::F64, &d).unwrap(), Axis::Last).unwrap_err().to_string().contains("F64"));
-        let c = Tensor::zeros(4, DType::F32, &d).unwrap();
-        assert!(lerp(&x, &Tensor::zeros((4, 3), DType::F32, &d).unwrap(), &c, &c).is_err());
-        assert!(swiglu(&Tensor::zeros((2, 3), DType::F32, &d).unwrap()).unwrap_err().to_string().contains("odd"));
+        for ops in [OpPath::Fused, OpPath::Composed] {
+            assert!(scale(&x, &Tensor::zeros(3, DType::F32, &d).unwrap(), Axis::Last, ops).unwrap_err().to_string().contains("length 3"), "{ops:?}");
+            assert!(scale(&x, &Tensor::zeros(4, DType::F32, &d).unwrap(), Axis::First, ops).is_err(), "{ops:?}");
+            assert!(scale(&x, &Tensor::zeros(4, DType::F64, &d).unwrap(), Axis::Last, ops).unwrap_err().to_string().contains("F64"), "{ops:?}");
+            let c = Tensor::zeros(4, DType::F32, &d).unwrap();
+            assert!(lerp(&x, &Tensor::zeros((4, 3), DType::F32, &d).unwrap(), &c, &c, ops).is_err(), "{ops:?}");
+            assert!(lerp(&x, &x, &Tensor::zeros(3, DType::F32, &d).unwrap(), &Tensor::zeros(3, DType::F32, &d).unwrap(), ops).is_err(), "{ops:?}");
+            assert!(swiglu(&Tensor::zeros((2, 3), DType::F32, &d).unwrap(), ops).unwrap_err().to_string().contains("odd"), "{ops:?}");
+        }
     }
 }

@@ -127,11 +127,11 @@ impl LanguageModel for GptPlus {
                 q = site.apply(&q, Some(&cast(gq, dt)?), ctx, tel)?;
                 k = site.apply(&k, Some(&cast(gk, dt)?), ctx, tel)?;
             }
-            let y = causal_attention(&q, &k, &v, ScoreScale::Const(1.0 / (dh as f64).sqrt()))?;
+            let y = causal_attention(&q, &k, &v, ScoreScale::Const(1.0 / (dh as f64).sqrt()), ctx.ops)?;
             let att = linear(&y, &cast(&l.wo, dt)?)?;
             h = (h + &att)?;
             let m = self.site_d.apply(&h, Some(&cast(&l.rms_mlp, dt)?), ctx, tel)?;
-            let mlp = linear(&swiglu(&linear(&m, &cast(&l.wfc, dt)?)?)?, &cast(&l.wproj, dt)?)?;
+            let mlp = linear(&swiglu(&linear(&m, &cast(&l.wfc, dt)?)?, ctx.ops)?, &cast(&l.wproj, dt)?)?;
             h = (h + &mlp)?;
             if ctx.probes {
                 probes.push(LayerProbe { residual_norm: mean_norm(&h)?, attn_out_norm: mean_norm(&att)?, mlp_out_norm: mean_norm(&mlp)? });

@@ -39,9 +39,9 @@ pub(crate) fn embedding(ids: &Tensor, w: &Tensor) -> Result<Tensor> {
 }
 
 /// SwiGLU on one projection `uz` `(.., 2r)`: `u * SiLU(z)`, `u = uz[.., :r]`, `z = uz[.., r:]`
-/// (a fused op, `fused::swiglu`).
-pub(crate) fn swiglu(uz: &Tensor) -> Result<Tensor> {
-    crate::model::fused::swiglu(uz)
+/// (a fused op, or its composed form where `ops` says so: `fused::swiglu`).
+pub(crate) fn swiglu(uz: &Tensor, ops: crate::ops::OpPath) -> Result<Tensor> {
+    crate::model::fused::swiglu(uz, ops)
 }
 
 /// A reparametrised vector: the optimizer sees `stored` (initialised to `scale`), the model

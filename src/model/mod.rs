@@ -10,16 +10,22 @@
 //! - [`LanguageModel::project`] applies the post-optimizer-step constraints in place on the
 //!   `Var`s the optimizer owns (nGPT unit norm, anGPT `||w|| <= 1`; GPT+: nothing).
 //! - The norms' counters accumulate in [`LanguageModel::telemetry`].
+//! - Devices: the fused custom ops (causal softmax, scale, LERP, SwiGLU) and the norm ops run on
+//!   the CPU; on another device the same functions run composed from candle primitives
+//!   (`composed.rs`, `crate::ops::composed`), as [`ForwardCtx::ops`] ([`OpPath`]) chooses.
+//!   [`check_device`] refuses, before a run, what no path runs there (docs/models.md, "Devices").
 
 use std::sync::Arc;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, DeviceLocation, Tensor};
 use normlab_norms::Accum;
 
-use crate::ops::Telemetry;
+use crate::ops::{check_fp8_device, device_name, norm_route, OpsError, Telemetry};
+pub use crate::ops::OpPath;
 
 mod angpt;
 mod attention;
+mod composed;
 pub mod config;
 pub mod factors;
 mod fused;
@@ -46,15 +52,61 @@ pub struct ForwardCtx {
     /// Measure per-layer norms (costs a few reductions; only at evaluation points).
     pub probes: bool,
     /// Store every norm site's input and output as fp8 E4M3 (per-tensor power-of-two scale,
-    /// straight-through backward; `norm_site.rs` and `crate::ops::fp8_e4m3_store`).
+    /// straight-through backward; `norm_site.rs` and `crate::ops::fp8_e4m3_store`). CPU only.
     pub fp8_norm_io: bool,
+    /// Which implementation runs the fused ops and the norms: `Auto` (the custom ops on a CPU
+    /// device, the composed candle path elsewhere), or `Fused` / `Composed` everywhere.
+    pub ops: OpPath,
 }
 
 impl ForwardCtx {
-    /// `compute` and `accum`, no probes, no fp8 storage.
-    pub fn new(compute: DType, accum: Accum) -> Self {
-        ForwardCtx { compute, accum, probes: false, fp8_norm_io: false }
+    /// `compute` and `accum`, no probes, no fp8 storage, `OpPath::Auto`.
+    pub const fn new(compute: DType, accum: Accum) -> Self {
+        ForwardCtx { compute, accum, probes: false, fp8_norm_io: false, ops: OpPath::Auto }
     }
+
+    /// The same context on the op path `ops`.
+    pub const fn with_ops(self, ops: OpPath) -> Self {
+        ForwardCtx { ops, ..self }
+    }
+}
+
+/// Whether a forward of a model of `cfg` under `ctx` can run on `device`, checked before any
+/// work (the training loop calls it before building the model), or the typed reason:
+///
+/// - `ctx.fp8_norm_io` off the CPU (the fp8 store is a CPU op): `OpsError::DeviceUnsupported`;
+/// - `OpPath::Fused` off the CPU (the fused custom ops have only a `cpu_fwd`): same;
+/// - every norm site's route ([`crate::ops::norm_route`], the rule the forward itself applies):
+///   a pure f16/bf16 accumulator off the CPU op, a composed top-k too wide for CUDA's sort.
+///
+/// The norm sites see `ctx.compute` (f32 under `fp8_norm_io`, the dtype the norm runs in between
+/// the fp8 stores; f64 on the f64 path). Errors are `ModelError::Ops`.
+pub fn check_device(cfg: &ModelConfig, ctx: &ForwardCtx, device: &DeviceLocation) -> Result<(), ModelError> {
+    cfg.validate()?;
+    if ctx.fp8_norm_io {
+        check_fp8_device(device)?;
+    }
+    if ctx.ops == OpPath::Fused && !matches!(device, DeviceLocation::Cpu) {
+        return Err(OpsError::DeviceUnsupported {
+            what: "OpPath::Fused (the causal softmax, scale, LERP and SwiGLU custom ops)".into(),
+            device: device_name(device),
+            why: "they have only a CPU implementation; use OpPath::Auto (composed on this device)".into(),
+        }
+        .into());
+    }
+    let norm_dtype = match (ctx.fp8_norm_io, ctx.compute) {
+        (_, DType::F64) => DType::F64,
+        (true, _) => DType::F32,
+        (false, dt) => dt,
+    };
+    // Every site uses the configured norm (the exact L2 where `Nu` replaces some), at width d
+    // or d_h; the site's target does not change the route.
+    let choice = if cfg.norm == NormChoice::Nu { NormChoice::L2 } else { cfg.norm };
+    for n in [cfg.d_model, cfg.head_dim()] {
+        let site = norm_site::NormSite::new(choice, n, norm_site::Target::Unit, cfg)?;
+        norm_route(ctx.ops, device, norm_dtype, ctx.accum, site.spec(), n)?;
+    }
+    Ok(())
 }
 
 /// Per-layer norms of one forward pass (means over tokens).
@@ -135,6 +187,9 @@ pub enum ModelError {
     Tokens(String),
     #[error("anGPT factors: {0}")]
     Nu(normlab_norms::NormError),
+    /// What the device cannot run (`check_device`).
+    #[error(transparent)]
+    Ops(#[from] OpsError),
     #[error(transparent)]
     Params(#[from] ParamError),
     #[error(transparent)]

@@ -135,9 +135,9 @@ impl NGpt {
         let c_h = a.affine(-1.0, 1.0)?;
         if self.cfg.norm == NormChoice::Nu {
             let nu = lerp_factor(&a)?;
-            lerp(&h, x_n, &(c_h * &nu)?, &(a * nu)?)
+            lerp(&h, x_n, &(c_h * &nu)?, &(a * nu)?, ctx.ops)
         } else {
-            site.apply(&lerp(&h, x_n, &c_h, &a)?, None, ctx, &self.telemetry)
+            site.apply(&lerp(&h, x_n, &c_h, &a, ctx.ops)?, None, ctx, &self.telemetry)
         }
     }
 }
@@ -176,18 +176,18 @@ impl LanguageModel for NGpt {
             // d = H d_h features of every token), the same scores with one pass less.
             let sqk2 = l.sqk.effective(dt)?.sqr()?;
             let q = self.site_h.apply(&rope.apply(&heads(&l.wq)?)?, None, ctx, tel)?;
-            let q = scale(&q.reshape((bsz, t, nh * dh))?, &sqk2, ScaleAxis::Last)?.reshape((bsz, t, nh, dh))?;
+            let q = scale(&q.reshape((bsz, t, nh * dh))?, &sqk2, ScaleAxis::Last, ctx.ops)?.reshape((bsz, t, nh, dh))?;
             let k = self.site_h.apply(&rope.apply(&heads(&l.wk)?)?, None, ctx, tel)?;
             let v = heads(&l.wv)?;
-            let y = causal_attention(&q, &k, &v, ScoreScale::Const((dh as f64).sqrt()))?;
+            let y = causal_attention(&q, &k, &v, ScoreScale::Const((dh as f64).sqrt()), ctx.ops)?;
             let h_a = linear(&y, &cast(&l.wo, dt)?)?;
             h = self.lerp(&h, &site_d.apply(&h_a, None, ctx, tel)?, &l.alpha_a, ctx)?;
             let att_norm = if ctx.probes { Some(mean_norm(&h_a)?) } else { None };
 
             // diag(s_uv * mult) W_fc, then u * SiLU(v).
             let suv = l.suv.as_tensor().mul(&self.suv_mult)?;
-            let wfc = scale(l.wfc.as_tensor(), &suv, ScaleAxis::First)?.to_dtype(dt)?;
-            let h_m = linear(&swiglu(&linear(&h, &wfc)?)?, &cast(&l.wproj, dt)?)?;
+            let wfc = scale(l.wfc.as_tensor(), &suv, ScaleAxis::First, ctx.ops)?.to_dtype(dt)?;
+            let h_m = linear(&swiglu(&linear(&h, &wfc)?, ctx.ops)?, &cast(&l.wproj, dt)?)?;
             h = self.lerp(&h, &site_d.apply(&h_m, None, ctx, tel)?, &l.alpha_m, ctx)?;
             if let Some(att_out_norm) = att_norm {
                 probes.push(LayerProbe { residual_norm: mean_norm(&h)?, attn_out_norm: att_out_norm, mlp_out_norm: mean_norm(&h_m)? });
@@ -195,7 +195,7 @@ impl LanguageModel for NGpt {
         }
         // diag(s_z) W_h h.
         let sz = self.sz.var.as_tensor().affine(self.sz.factor, 0.0)?;
-        let head = scale(self.lm_head.as_tensor(), &sz, ScaleAxis::First)?.to_dtype(dt)?;
+        let head = scale(self.lm_head.as_tensor(), &sz, ScaleAxis::First, ctx.ops)?.to_dtype(dt)?;
         let logits = logits_out(linear(&h, &head)?)?;
         Ok(ForwardOut { logits, probes })
     }

@@ -40,10 +40,10 @@
 use std::sync::Arc;
 
 use candle_core::{DType, Result, Tensor};
-use normlab_norms::{Accum, NormKind, NormSpec};
+use normlab_norms::{NormKind, NormSpec};
 
 use crate::model::{ForwardCtx, ModelConfig, ModelError, NormChoice};
-use crate::ops::{fp8_e4m3_store, norm, Telemetry};
+use crate::ops::{fp8_e4m3_store, norm_on, Telemetry};
 
 /// The magnitude the architecture's own norm gives at a site.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,26 +83,34 @@ impl NormSite {
         Ok(NormSite { spec, post })
     }
 
+    /// The norm's spec (kind, eps, constant; uncentred).
+    pub fn spec(&self) -> &NormSpec {
+        &self.spec
+    }
+
     /// Normalise `x` over its last dimension, times `gain` if given (in `x`'s dtype), with
-    /// `ctx`'s accumulator, through fp8 storage when `ctx.fp8_norm_io` (module doc).
+    /// `ctx`'s accumulator, through fp8 storage when `ctx.fp8_norm_io` (module doc), on the
+    /// implementation `ctx.ops` chooses (`crate::ops::norm_on`: the norm op, or its composed
+    /// candle form where the op cannot run).
     pub fn apply(&self, x: &Tensor, gain: Option<&Tensor>, ctx: &ForwardCtx, telemetry: &Arc<Telemetry>) -> Result<Tensor> {
         if !ctx.fp8_norm_io {
-            return self.norm(x, gain, ctx.accum, telemetry);
+            return self.norm(x, gain, ctx, telemetry);
         }
         let dt = x.dtype();
         let work = if dt == DType::F64 { DType::F64 } else { DType::F32 };
         let xq = fp8_e4m3_store(&x.to_dtype(work)?, Some(telemetry))?;
         let gain = gain.map(|g| g.to_dtype(work)).transpose()?;
-        let y = self.norm(&xq, gain.as_ref(), ctx.accum, telemetry)?;
+        let y = self.norm(&xq, gain.as_ref(), ctx, telemetry)?;
         fp8_e4m3_store(&y, Some(telemetry))?.to_dtype(dt)
     }
 
     /// The norm itself, in `x`'s dtype.
-    fn norm(&self, x: &Tensor, gain: Option<&Tensor>, accum: Accum, telemetry: &Arc<Telemetry>) -> Result<Tensor> {
+    fn norm(&self, x: &Tensor, gain: Option<&Tensor>, ctx: &ForwardCtx, telemetry: &Arc<Telemetry>) -> Result<Tensor> {
+        let (path, accum) = (ctx.ops, ctx.accum);
         match (gain, self.post == 1.0) {
-            (g, true) => norm(x, &self.spec, accum, g, None, Some(telemetry)),
-            (Some(g), false) => norm(x, &self.spec, accum, Some(&g.affine(self.post, 0.0)?), None, Some(telemetry)),
-            (None, false) => norm(x, &self.spec, accum, None, None, Some(telemetry))?.affine(self.post, 0.0),
+            (g, true) => norm_on(path, x, &self.spec, accum, g, None, Some(telemetry)),
+            (Some(g), false) => norm_on(path, x, &self.spec, accum, Some(&g.affine(self.post, 0.0)?), None, Some(telemetry)),
+            (None, false) => norm_on(path, x, &self.spec, accum, None, None, Some(telemetry))?.affine(self.post, 0.0),
         }
     }
 }
@@ -111,7 +119,7 @@ impl NormSite {
 mod tests {
     use super::*;
     use candle_core::{Device, Var};
-    use normlab_norms::ConstMode;
+    use normlab_norms::{Accum, ConstMode};
     use crate::ops::{e4m3_round, e4m3_scale};
 
     fn amax(v: &[f64]) -> f64 {

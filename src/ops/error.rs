@@ -20,6 +20,11 @@ pub enum OpsError {
     Scalar,
     #[error("{what}: invalid layout (offset {offset} outside a storage of {len} elements)")]
     Layout { what: &'static str, offset: usize, len: usize },
+    /// What a device cannot run: no kernel exists for it and the composed candle path
+    /// (`crate::ops::composed`, `crate::model::composed`) has no form of it. `device` is the
+    /// device's description (`cpu`, `cuda:0`).
+    #[error("{what} is not supported on {device}: {why}")]
+    DeviceUnsupported { what: String, device: String, why: String },
     #[error(transparent)]
     Norm(#[from] NormError),
 }

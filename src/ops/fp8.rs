@@ -152,12 +152,29 @@ impl CustomOp1 for Fp8Store {
 /// `x` stored as fp8 E4M3 with a per-tensor power-of-two scale and read back (see the module
 /// doc), in x's dtype (f64, f32, f16 or bf16), with a straight-through gradient. The call's
 /// [`Fp8Counters`] are added into `telemetry`.
+///
+/// CPU only (the op has no `cuda_fwd`, and no composed form: the counters and the per-tensor
+/// scale would each cost a device synchronisation): a tensor on another device is
+/// [`OpsError::DeviceUnsupported`] ([`check_fp8_device`]).
 pub fn fp8_e4m3_store(x: &Tensor, telemetry: Option<&Arc<Telemetry>>) -> Result<Tensor> {
     match x.dtype() {
         DType::F64 | DType::F32 | DType::F16 | DType::BF16 => {}
         dtype => return Err(OpsError::UnsupportedDType { dtype }.into()),
     }
+    check_fp8_device(&x.device().location())?;
     x.apply_op1(Fp8Store { telemetry: telemetry.cloned() })
+}
+
+/// The fp8 store runs on the CPU only: elsewhere [`OpsError::DeviceUnsupported`].
+pub fn check_fp8_device(device: &candle_core::DeviceLocation) -> std::result::Result<(), OpsError> {
+    if matches!(device, candle_core::DeviceLocation::Cpu) {
+        return Ok(());
+    }
+    Err(OpsError::DeviceUnsupported {
+        what: "fp8 E4M3 storage of the norm sites' inputs and outputs (train.fp8_norm_io)".into(),
+        device: crate::ops::path::device_name(device),
+        why: "the fp8 store is a CPU op (no CUDA kernel, no composed form); run it on the CPU or turn fp8_norm_io off".into(),
+    })
 }
 
 #[cfg(test)]

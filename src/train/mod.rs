@@ -61,12 +61,24 @@ pub struct RunOptions {
 /// fresh when there is none) and ends exactly as an uninterrupted run would on the CPU.
 pub fn run(cfg: &ExperimentConfig, name: &str, out: &Path, opts: &RunOptions) -> Result<RunSummary, TrainError> {
     load::validate(cfg)?;
+    check_device(&cfg.model, &cfg.train, &opts.device)?;
     // A missing corpus is reported before the (possibly slow) model build.
     if let Some(p) = cfg.data.corpus.as_ref().filter(|p| !p.exists()) {
         return Err(crate::data::DataError::NotFound { path: p.clone() }.into());
     }
     let model = crate::model::build(&cfg.model, cfg.train.precision.storage_dtype(), cfg.train.seed, &opts.device)?;
     run_model(model.as_ref(), cfg, name, out, opts)
+}
+
+/// Whether a model of `model` can train with `train` on `device`:
+/// [`crate::model::check_device`] with the run's forward context ([`step::Trainer::ctx_for`]).
+/// Off the CPU the pure f16/bf16 precision modes (their pure accumulators) and
+/// `train.fp8_norm_io` are refused here, before the model is built or a step runs
+/// (`TrainError::Model(ModelError::Ops(OpsError::DeviceUnsupported { .. }))`).
+pub fn check_device(model: &crate::model::ModelConfig, train: &TrainConfig, device: &Device) -> Result<(), TrainError> {
+    let ctx = step::Trainer::ctx_for(train);
+    crate::model::check_device(model, &ctx, &device.location())?;
+    Ok(())
 }
 
 /// The default name of a run: `arch-norm-precision-sSEED` (`arch-norm-precision-fp8-sSEED` with

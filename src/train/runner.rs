@@ -85,6 +85,7 @@ pub fn run_segment(
     super::load::validate(cfg)?;
     let t = &cfg.train;
     let device = &opts.device;
+    super::check_device(model.config(), t, device)?;
     let corpus = load_corpus(cfg)?;
     let split = Split::new(&corpus, cfg.data.val_fraction)?;
     let sampler = BatchSampler::new(&split, Part::Train, t.batch_size, t.seq_len, t.seed)?;

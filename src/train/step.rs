@@ -16,7 +16,7 @@ use super::optim::{AdamW, AdamWConfig};
 use super::record::NormCounters;
 use super::totals::counters_of;
 use crate::data::Batch;
-use crate::model::{ForwardCtx, LanguageModel};
+use crate::model::{ForwardCtx, LanguageModel, OpPath};
 
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,8 +52,21 @@ impl Trainer {
         let scaler = p
             .uses_loss_scaling()
             .then(|| LossScaler::new(train.loss_scale_init, train.loss_scale_growth_interval));
-        let ctx = ForwardCtx { fp8_norm_io: train.fp8_norm_io, ..ForwardCtx::new(p.compute_dtype(), p.accum()) };
-        Ok(Trainer { ctx, optimizer, scaler, grad_clip: train.grad_clip })
+        Ok(Trainer { ctx: Self::ctx_for(train), optimizer, scaler, grad_clip: train.grad_clip })
+    }
+
+    /// The forward context of a run of `train`: the precision mode's compute dtype and
+    /// accumulator, `fp8_norm_io`, `OpPath::Auto` (what `crate::model::check_device` checks).
+    pub fn ctx_for(train: &TrainConfig) -> ForwardCtx {
+        let p = train.precision;
+        ForwardCtx { fp8_norm_io: train.fp8_norm_io, ..ForwardCtx::new(p.compute_dtype(), p.accum()) }
+    }
+
+    /// The same trainer on the op path `ops` (`OpPath::Composed` trains through the composed
+    /// candle ops on the CPU: the tests compare it with the fused path).
+    pub fn with_ops(mut self, ops: OpPath) -> Self {
+        self.ctx.ops = ops;
+        self
     }
 
     pub fn ctx(&self) -> ForwardCtx {
