@@ -197,3 +197,80 @@ fn batch_parameter_structs_match_the_kernels_abi() {
     }
     eprintln!("{} batch entries match their parameter structs", params.len());
 }
+
+/// The values a probe kernel stores as constants into its `long long* out` parameter:
+/// `mov.u64 %rdR, V;` then `st.global.u64 [%rdP+8k], %rdR;` (or an immediate) gives out[k] = V.
+fn probe_stores(ptx: &str, entry: &str) -> BTreeMap<usize, i64> {
+    let body = ptx.split(&format!(".entry {entry}(")).nth(1).unwrap_or_else(|| panic!("no entry {entry} in the PTX"));
+    let body = &body[..body.find("ret;").unwrap_or(body.len())];
+    let mut regs = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for line in body.lines().map(|l| l.trim().trim_end_matches(';')) {
+        let Some((op, rest)) = line.split_once(char::is_whitespace) else { continue };
+        let args: Vec<&str> = rest.split(',').map(str::trim).collect();
+        if (op == "mov.u64" || op == "mov.b64") && args.len() == 2 {
+            if let Ok(v) = args[1].parse::<i64>() {
+                regs.insert(args[0].to_string(), v);
+            }
+        } else if op == "st.global.u64" && args.len() == 2 {
+            let addr = args[0].trim_start_matches('[').trim_end_matches(']');
+            let off: usize = addr.split_once('+').map_or(0, |(_, k)| k.parse().unwrap());
+            let v = args[1].parse::<i64>().ok().or_else(|| regs.get(args[1]).copied()).unwrap_or_else(|| panic!("{entry}: store of a non-constant: {line}"));
+            out.insert(off / 8, v);
+        }
+    }
+    out
+}
+
+/// The weight-projection kernels (project.cu): every entry's single `.param` is `ProjParams`
+/// (size and alignment in NVRTC's PTX). The descriptor table the kernels read from device
+/// memory (`nlp::ProjDesc`, 48 bytes per matrix) is not a parameter, so the PTX signature does
+/// not show it, and NVRTC has no `offsetof`: project.cu is compiled once more with a probe
+/// kernel that stores the CUDA structs' sizes, alignments and field offsets (address
+/// differences, constants after optimisation) and those constants, read from the PTX, must be
+/// the Rust structs' (`offset_of!`).
+#[test]
+fn project_parameter_structs_match_the_kernels_abi() {
+    use normlab_kernels::project::{ProjDesc, ProjParams};
+    use std::mem::offset_of;
+    let Some(base) = toolchain("projection parameter ABI check") else { return };
+    let opts = with_arch(&base, "compute_90");
+    let ptx = nvrtc::compile(sources::PROJECT_CU, sources::PROJECT_CU_NAME, &opts, ImageKind::Ptx, "compute_90").unwrap();
+    let params = entry_params(&String::from_utf8(ptx).unwrap());
+    assert_eq!(params.keys().cloned().collect::<Vec<_>>(), list::project_names());
+    for (name, got) in &params {
+        assert_eq!(*got, (align_of::<ProjParams>(), size_of::<ProjParams>()), "{name}: PTX parameter (align, size) vs the Rust struct");
+    }
+    let fields: Vec<(&str, &str, usize)> = vec![
+        ("ProjDesc", "sizeof", size_of::<ProjDesc>()),
+        ("ProjDesc", "alignof", align_of::<ProjDesc>()),
+        ("ProjDesc", "w", offset_of!(ProjDesc, w)),
+        ("ProjDesc", "rows", offset_of!(ProjDesc, rows)),
+        ("ProjDesc", "cols", offset_of!(ProjDesc, cols)),
+        ("ProjDesc", "block_start", offset_of!(ProjDesc, block_start)),
+        ("ProjDesc", "radius", offset_of!(ProjDesc, radius)),
+        ("ProjDesc", "axis", offset_of!(ProjDesc, axis)),
+        ("ProjDesc", "kind", offset_of!(ProjDesc, kind)),
+        ("ProjParams", "sizeof", size_of::<ProjParams>()),
+        ("ProjParams", "alignof", align_of::<ProjParams>()),
+        ("ProjParams", "desc", offset_of!(ProjParams, desc)),
+        ("ProjParams", "count", offset_of!(ProjParams, count)),
+        ("ProjParams", "counts", offset_of!(ProjParams, counts)),
+    ];
+    let stores: Vec<String> = fields
+        .iter()
+        .enumerate()
+        .map(|(k, (ty, field, _))| match *field {
+            "sizeof" | "alignof" => format!("  out[{k}] = (long long){field}(nlp::{ty});"),
+            _ => format!("  {{ nlp::{ty} s{k}{{}}; out[{k}] = reinterpret_cast<const char*>(&s{k}.{field}) - reinterpret_cast<const char*>(&s{k}); }}"),
+        })
+        .collect();
+    let probe = format!("{}\nextern \"C\" __global__ void nl_project_abi_probe(long long* out) {{\n{}\n}}\n", sources::PROJECT_CU, stores.join("\n"));
+    let ptx = nvrtc::compile(&probe, "project_abi_probe.cu", &with_arch(&base, "compute_80"), ImageKind::Ptx, "compute_80").unwrap();
+    let got = probe_stores(&String::from_utf8(ptx).unwrap(), "nl_project_abi_probe");
+    assert_eq!(got.len(), fields.len(), "every probe value is a constant store: {got:?}");
+    for (k, (ty, field, want)) in fields.iter().enumerate() {
+        assert_eq!(got[&k], *want as i64, "nlp::{ty} {field}: CUDA (NVRTC) vs Rust");
+    }
+    eprintln!("{} projection entries: ProjParams {} B; ProjDesc {} B with the Rust field offsets", params.len(), size_of::<ProjParams>(), size_of::<ProjDesc>());
+}

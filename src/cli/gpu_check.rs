@@ -1,7 +1,8 @@
 //! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel, the forward variants, the
-//! fused nGPT/anGPT residual updates and every batch-norm sequence on the GPU against the f64
-//! reference over many shapes (`crate::gpu::check`, `crate::gpu::check_updates`,
-//! `crate::gpu::check_batch`), as tables of max ulp errors per kernel and shape. Exits 1 when a
+//! fused nGPT/anGPT residual updates, every batch-norm sequence and the fused weight projections
+//! on the GPU against the f64 reference (the projections: against `normlab_norms::weight`) over
+//! many shapes (`crate::gpu::check`, `crate::gpu::check_updates`, `crate::gpu::check_batch`,
+//! `crate::gpu::check_project`), as tables of max ulp errors per kernel and shape. Exits 1 when a
 //! case exceeds its bound, and, with the reason, when there is
 //! no GPU runtime (built without `cuda`), no driver, no device or no NVRTC.
 

@@ -1,5 +1,7 @@
-//! `normlab gpu-check`: every row kernel (and, through [`crate::gpu::check_updates`], the fused
-//! nGPT/anGPT residual updates) run on the GPU against the f64 reference of
+//! `normlab gpu-check`: every row kernel (and, through [`crate::gpu::check_updates`],
+//! [`crate::gpu::check_batch`] and [`crate::gpu::check_project`], the fused nGPT/anGPT residual
+//! updates, the batch norms and the fused weight projections) run on the GPU against the f64
+//! reference of
 //! normlab-norms (f64 storage, `Accum::F64`) over many shapes, with the error bounds of the CPU
 //! emulation tests (kernels/README.md):
 //!
@@ -116,6 +118,9 @@ pub struct CheckReport {
     /// The batch-norm sequences (`crate::gpu::check_batch`), counted in `total` and `failed`.
     /// Row cases plus variant, update and batch cases.
     pub batch_cases: Vec<crate::gpu::check_batch::BatchCaseCheck>,
+    /// The fused weight projections (`crate::gpu::check_project`), counted in `total` and
+    /// `failed`.
+    pub projections: Vec<crate::gpu::check_project::ProjectCaseCheck>,
     pub total: usize,
     pub failed: usize,
 }
@@ -480,7 +485,11 @@ pub fn cases(quick: bool) -> Vec<(NormSpec, Storage, usize, usize, bool)> {
 
 /// Number of cases of a run (row kernels and fused updates), for progress bars.
 pub fn total_cases(quick: bool) -> usize {
-    cases(quick).len() + variant_cases(quick).len() + crate::gpu::check_updates::update_cases(quick).len() + crate::gpu::check_batch::cases(quick).len()
+    cases(quick).len()
+        + variant_cases(quick).len()
+        + crate::gpu::check_updates::update_cases(quick).len()
+        + crate::gpu::check_batch::cases(quick).len()
+        + crate::gpu::check_project::cases(quick).len()
 }
 
 /// Run every case on device `ordinal`; `progress` is called before each case.
@@ -490,7 +499,7 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
     let all = cases(quick);
     let upd = update_cases(quick);
     let vall = variant_cases(quick);
-    let total = all.len() + vall.len() + upd.len();
+    let total = total_cases(quick);
     let mut out = Vec::with_capacity(all.len());
     for (i, (spec, storage, rows, n, affine)) in all.iter().enumerate() {
         progress(i, total, &format!("{} {} {rows}x{n}{}", label(spec), storage.name(), if *affine { " affine" } else { "" }));
@@ -523,19 +532,26 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
     }
     let rows_done = out.len() + vout.len() + updates.len();
     let batch_cases = crate::gpu::check_batch::run_cases(&s, quick, &mut |i, _, label| progress(rows_done + i, total, label))?;
-    let failed = out.iter().filter(|c| !c.pass).count() + vout.iter().filter(|c| !c.pass).count() + updates.iter().filter(|c| !c.pass).count() + batch_cases.iter().filter(|c| !c.pass).count();
+    let batch_done = rows_done + batch_cases.len();
+    let projections = crate::gpu::check_project::run_cases(&s, quick, &mut |i, _, label| progress(batch_done + i, total, label))?;
+    let failed = out.iter().filter(|c| !c.pass).count()
+        + vout.iter().filter(|c| !c.pass).count()
+        + updates.iter().filter(|c| !c.pass).count()
+        + batch_cases.iter().filter(|c| !c.pass).count()
+        + projections.iter().filter(|c| !c.pass).count();
     Ok(CheckReport {
         schema: SCHEMA.to_string(),
         device: s.kernels.info().clone(),
         image: s.kernels.image().clone(),
         bound_ulp: BOUND_ULP,
-        bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|); variants: pure bitwise, e4m3 1 ulp; updates and batch: see their tables".to_string(),
-        total: out.len() + vout.len() + updates.len() + batch_cases.len(),
+        bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|); variants: pure bitwise, e4m3 1 ulp; updates, batch and projections: see their tables".to_string(),
+        total: out.len() + vout.len() + updates.len() + batch_cases.len() + projections.len(),
         failed,
         cases: out,
         variants: vout,
         updates,
         batch_cases,
+        projections,
     })
 }
 
@@ -604,6 +620,7 @@ pub fn render(r: &CheckReport) -> String {
     }
     s.push_str(&crate::gpu::check_updates::render_updates(&r.updates));
     s.push_str(&crate::gpu::check_batch::render(&r.batch_cases));
+    s.push_str(&crate::gpu::check_project::render(&r.projections));
     let _ = writeln!(s, "\n{} of {} cases within {} ulp beyond their slack (or bitwise, pure)", r.total - r.failed, r.total, r.bound_ulp);
     s
 }

@@ -40,6 +40,9 @@ pub enum GpuError {
     /// The kernels store fp16 and bf16 only.
     #[error("dtype {dtype} has no CUDA kernel: the kernels store f16 or bf16 (use the CPU path for f32/f64)")]
     UnsupportedDType { dtype: String },
+    /// The weight projections store f32, f16 and bf16 parameters.
+    #[error("dtype {dtype} has no CUDA projection kernel: the weight projections store f32, f16 or bf16 parameters (f64 parameters are projected on the CPU path only)")]
+    UnsupportedProjectionDType { dtype: String },
     /// The GPU statistics are fp32: other accumulators exist on the CPU path only.
     #[error("accumulator {accum} is not available on CUDA: the kernels accumulate in f32 (use Accum::F32, or the CPU path)")]
     UnsupportedAccum { accum: String },

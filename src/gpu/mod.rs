@@ -9,11 +9,13 @@
 //! - [`ulp`]: errors in ulps of the storage type against the f64 reference.
 //! - with `cuda`: [`nvrtc`] (library, headers, target, compilation), [`device`] (driver checks,
 //!   device properties), [`module`] (compile + load through the cache; the loaded module and
-//!   per-context cache that the three kernel families share), [`args`] (parameter structs),
+//!   per-context cache that the kernel families share), [`args`] (parameter structs),
 //!   [`rows`] (launch wrappers of the row kernels), [`updates`] (launch wrappers of the fused
-//!   nGPT/anGPT residual updates), [`batch`] (the batch-norm launch sequences), [`copy`] (copy
-//!   kernel), [`check`], [`check_updates`] and [`check_batch`] (`normlab gpu-check`);
-//!   with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`).
+//!   nGPT/anGPT residual updates), [`batch`] (the batch-norm launch sequences), [`project`]
+//!   (the fused nGPT/anGPT weight projection: every matrix in one launch), [`copy`] (copy
+//!   kernel), [`check`], [`check_updates`], [`check_batch`] and [`check_project`]
+//!   (`normlab gpu-check`); with `candle-cuda`: [`candle_ops`] (the candle ops' `cuda_fwd`; the
+//!   models' post-step projection calls [`project`] from `crate::model::project`).
 //!
 //! Without the `cuda` feature only the pieces that need no driver exist, and the commands that
 //! need a GPU return [`GpuError::NotBuilt`].
@@ -33,6 +35,8 @@ pub mod check;
 #[cfg(feature = "cuda")]
 pub mod check_batch;
 #[cfg(feature = "cuda")]
+pub mod check_project;
+#[cfg(feature = "cuda")]
 pub mod check_updates;
 #[cfg(feature = "cuda")]
 pub mod copy;
@@ -42,6 +46,8 @@ pub mod device;
 pub mod module;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
+#[cfg(feature = "cuda")]
+pub mod project;
 #[cfg(feature = "cuda")]
 pub mod rows;
 #[cfg(feature = "cuda")]

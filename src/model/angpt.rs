@@ -45,7 +45,7 @@ use crate::model::factors::AngptFactors;
 use crate::model::init::Builder;
 use crate::model::layers::{cast, logits_out, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
 use crate::model::norm_site::{NormSite, Target};
-use crate::model::project::{project, Constraint};
+use crate::model::project::{project_all, Constraint};
 use crate::model::rope::{RopeKind, RopeTables};
 use crate::model::{check_tokens, ForwardCtx, ForwardOut, LanguageModel, LayerProbe, ModelConfig, ModelError, NormChoice, ParamGroup, ParamStore};
 use crate::ops::Telemetry;
@@ -158,10 +158,7 @@ impl LanguageModel for AnGpt {
     }
 
     fn project(&self) -> Result<()> {
-        for (var, c) in &self.constraints {
-            project(var, *c)?;
-        }
-        Ok(())
+        project_all(&self.constraints)
     }
 
     fn forward(&self, tokens: &Tensor, ctx: &ForwardCtx) -> Result<ForwardOut> {

@@ -43,7 +43,7 @@ use crate::model::fused::{lerp, scale, Axis as ScaleAxis};
 use crate::model::init::Builder;
 use crate::model::layers::{cast, logits_out, embedding, lerp_factor, linear, mean_norm, swiglu, Scaled};
 use crate::model::norm_site::{NormSite, Target};
-use crate::model::project::{project, Constraint};
+use crate::model::project::{project_all, Constraint};
 use crate::model::rope::{RopeKind, RopeTables};
 use crate::model::{check_tokens, ForwardCtx, ForwardOut, LanguageModel, LayerProbe, ModelConfig, ModelError, NormChoice, ParamGroup, ParamStore};
 use crate::ops::Telemetry;
@@ -154,10 +154,7 @@ impl LanguageModel for NGpt {
     }
 
     fn project(&self) -> Result<()> {
-        for (var, c) in &self.constraints {
-            project(var, *c)?;
-        }
-        Ok(())
+        project_all(&self.constraints)
     }
 
     fn forward(&self, tokens: &Tensor, ctx: &ForwardCtx) -> Result<ForwardOut> {
