@@ -1,5 +1,6 @@
-//! Compiles the CUDA kernels (src/cuda/rownorm.cu) as C++20 against the SIMT emulator
-//! (src/cuda/simt_cpu.h) into a static library, so `cargo test` runs them on the CPU.
+//! Compiles the CUDA kernels (src/cuda/*.cu, each including src/cuda/nl_common.cuh) as C++20
+//! against the SIMT emulator (src/cuda/simt_cpu.h) into a static library, so `cargo test` runs
+//! them on the CPU.
 //! Only this crate pays this cost; the `normlab` crate does not depend on it.
 //!
 //! `NORMLAB_KERNELS_SANITIZE=thread|address` builds the C++ with that sanitizer (the sanitizer
@@ -8,6 +9,7 @@
 fn main() {
     println!("cargo:rerun-if-changed=src/cuda/rownorm.cu");
     println!("cargo:rerun-if-changed=src/cuda/simt_cpu.h");
+    println!("cargo:rerun-if-changed=src/cuda/nl_common.cuh");
     println!("cargo:rerun-if-changed=src/cpu/launch.cpp");
     println!("cargo:rerun-if-changed=src/cuda/project.cu");
     println!("cargo:rerun-if-changed=src/cpu/project_launch.cpp");

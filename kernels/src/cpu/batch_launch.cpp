@@ -43,7 +43,7 @@ struct BEntry {
   NLB_FOR_EACH_DX(NLB_E_DX, tn, T)
 
 const BEntry kBEntries[] = {
-    NLB_FOR_EACH_DTYPE(NLB_E_DT, _)
+    NL_FOR_EACH_DTYPE(NLB_E_DT, _)
     {"nl_bn_finalize1", F1, (void*)&nl_bn_finalize1},
     {"nl_bn_finalize2", F2, (void*)&nl_bn_finalize2},
     {"nl_bn_frozen", FR, (void*)&nl_bn_frozen},

@@ -21,7 +21,7 @@ struct UpdEntry {
   {"nl_update_" #kind "_bwd_" #tn "_block", UBWD, (void*)&nl_update_##kind##_bwd_##tn##_block},
 #define NL_UPD_ENTRY_DTYPE(tn, T, ...) NL_UPDATE_FOR_EACH_KIND(NL_UPD_ENTRY_KIND, tn, T)
 
-const UpdEntry kUpdEntries[] = {NL_UPDATE_FOR_EACH_DTYPE(NL_UPD_ENTRY_DTYPE, _){"nl_update_finalize", UFIN,
+const UpdEntry kUpdEntries[] = {NL_FOR_EACH_DTYPE(NL_UPD_ENTRY_DTYPE, _){"nl_update_finalize", UFIN,
                                                                               (void*)&nl_update_finalize}};
 }  // namespace
 

@@ -1,3 +1,4 @@
+#line 2 "batchnorm.cu"  // line 1 is this directive (NVRTC compiles nl_common.cuh + this file)
 // batchnorm.cu: batch (per-channel) forms of the norms (BatchNorm with the variance, RMS, unit L2,
 // L1, L-inf, Top-k, and mean-only BN), train and eval, forward and backward, for fp16 and bf16
 // storage; statistics in fp64/fp32, one rounding on store.
@@ -74,16 +75,13 @@
 // Not done here (documented in kernels/README.md): the fused single-pass variant for channels
 // that fit in shared memory, the pure-half accumulator, fp8.
 
-#ifndef SIMT_CPU
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#else
-#include "simt_cpu.h"
+#ifndef NL_COMMON_CUH
+#include "nl_common.cuh"  // helpers shared by the kernel files (Cvt, lanef, pack8, store16, ...)
 #endif
 
 namespace nlb {
 
-typedef long long i64;
+using namespace nl;
 
 /// The channel norm (normlab_norms::NormKind order, then mean-only BN).
 enum Kind { RMS = 0, LAYER = 1, UNIT_L2 = 2, L1 = 3, LINF = 4, TOPK = 5, MEAN = 6 };
@@ -102,7 +100,7 @@ constexpr int WARPS = THREADS / 32;
 /// Largest k of the register top-k.
 constexpr int TOPK_MAX = 32;
 /// Elements of 16-bit storage in one 16-byte vector.
-constexpr int VEC = 8;
+constexpr int VEC = VEC_LANES;
 /// NC tiles of the reductions: 64 channels (CPT channels per thread, COLS = 64 / CPT columns).
 constexpr int NC_TILE = 64;
 /// NC Top-k tiles: 32 channels, one per lane; the warps are the row lanes.
@@ -263,55 +261,13 @@ struct DxParams {
   Geo g;
 };
 
-// ------------------------------------------------------------------ storage conversions
-template <class T> struct Cvt;
-template <> struct Cvt<__half> {
-  static __device__ __forceinline__ float to(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
-  static __device__ __forceinline__ float bits_to(unsigned short b) { return __half2float(__ushort_as_half(b)); }
-  static __device__ __forceinline__ unsigned short bits_from(float v) { return __half_as_ushort(__float2half_rn(v)); }
-};
-template <> struct Cvt<__nv_bfloat16> {
-  static __device__ __forceinline__ float to(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
-  static __device__ __forceinline__ float bits_to(unsigned short b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
-  static __device__ __forceinline__ unsigned short bits_from(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  }
-};
-
-__device__ __forceinline__ unsigned word_of(const uint4& u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
-
-/// Element j of 8 16-bit values packed in a 16-byte vector.
-template <class T>
-__device__ __forceinline__ float lanef(const uint4& u, int j) {
-  return Cvt<T>::bits_to((unsigned short)(word_of(u, j >> 1) >> ((j & 1) * 16)));
-}
-
+// ------------------------------------------------------------------ 16-byte vectors
 /// 16-byte read-only global loads (ld.global.nc.v4 / .v2): the inputs are never written by the
 /// kernel that reads them.
 template <class T>
 __device__ __forceinline__ uint4 ld16(const T* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 template <class T>
 __device__ __forceinline__ uint2 ld8(const T* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
-
-/// 16-byte global store kept whole (st.global.wb.v4), as in rownorm.cu.
-__device__ __forceinline__ void store16(uint4* p, uint4 v) {
-#ifdef SIMT_CPU
-  *p = v;
-#else
-  __stwb(p, v);
-#endif
-}
-
-/// Pack 8 floats, each rounded once to T.
-template <class T>
-__device__ __forceinline__ uint4 pack8(const float (&f)[VEC]) {
-  unsigned w[4];
-#pragma unroll
-  for (int i = 0; i < 4; i++) w[i] = (unsigned)Cvt<T>::bits_from(f[2 * i]) | ((unsigned)Cvt<T>::bits_from(f[2 * i + 1]) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 /// Round an f64 value once into T: round to odd into fp32 (24 bits >= 11 + 2, so the following
 /// round to nearest into fp16/bf16 is the correctly rounded result of the f64 value).
@@ -336,23 +292,7 @@ __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, 
 __device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
 #endif
 
-__device__ __forceinline__ float f_inf() { return __int_as_float(0x7f800000); }
-__device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
 __device__ __forceinline__ double d_nan() { return (double)f_nan(); }
-
-/// 2^k as a float for k in [-126, 127].
-__device__ __forceinline__ float pow2(int k) { return __int_as_float((127 + k) << 23); }
-
-/// Exponent e with the channel scaled by 2^-e (0: no scaling) given max |x| (the row kernels' rule).
-__device__ __forceinline__ int rescue_exponent(float amax) {
-  if (!(amax > 0.0f)) return 0;
-  const int bits = __float_as_int(amax);
-  const int biased = (bits >> 23) & 0xff;
-  const int e = biased ? biased - 127 : -149 + (31 - __clz(bits & 0x7fffff));
-  return (e < RESCUE_LO || e > RESCUE_HI) ? e : 0;
-}
-
-__device__ __forceinline__ float stats_meta(int e, bool clamped) { return __int_as_float(e * 2 + (clamped ? 1 : 0)); }
 
 /// A channel's saved statistics, unpacked for elementwise use.
 struct Chan {
@@ -582,17 +522,6 @@ __device__ __forceinline__ void visit_nc(const T* __restrict__ x, const Geo& g, 
 }
 
 // ------------------------------------------------------------------ top-k
-/// Insert v into the descending list a (registers: every index is a compile-time constant).
-__device__ __forceinline__ void topk_insert(float (&a)[TOPK_MAX], float v) {
-  if (!(v > a[TOPK_MAX - 1])) return;
-#pragma unroll
-  for (int i = 0; i < TOPK_MAX; i++) {
-    const float hi = fmaxf(a[i], v);
-    v = fminf(a[i], v);
-    a[i] = hi;
-  }
-}
-
 struct TopkResult {
   double sum;  // the k largest, added in descending order
   float kth;   // the k-th largest
@@ -894,7 +823,7 @@ __device__ __forceinline__ void finalize1(const Fin1Params& p) {
     }
     const bool bad = !(isfinite(sa) && isfinite(sb));
     const bool centred = p.centred != 0 || p.kind == MEAN;
-    const int e = bad ? 0 : rescue_exponent(amax);
+    const int e = bad ? 0 : rescue_exponent<RESCUE_LO, RESCUE_HI>(amax);
     const double mean = bad ? d_nan() : centred ? sa / m : 0.0;
     float hi = 0.0f, lo = 0.0f;
     if (centred) split_mean(mean, e, hi, lo);
@@ -1470,10 +1399,6 @@ __device__ __forceinline__ void dx_kernel(const DxParams& p) {
 #define NLB_LB __launch_bounds__(256)
 #define NLB_LB_TOPK __launch_bounds__(256, 2)
 
-#define NLB_FOR_EACH_DTYPE(X, ...) \
-  X(f16, __half, __VA_ARGS__)      \
-  X(bf16, __nv_bfloat16, __VA_ARGS__)
-
 #define NLB_FOR_EACH_FIELDS(X, ...)                  \
   X(sq, nlb::F_SQ, __VA_ARGS__)                      \
   X(mv, nlb::F_SUM | nlb::F_SQ, __VA_ARGS__)         \
@@ -1539,7 +1464,7 @@ __device__ __forceinline__ void dx_kernel(const DxParams& p) {
   }                                                                                                         \
   NLB_FOR_EACH_DX(NLB_DX, tn, T)
 
-NLB_FOR_EACH_DTYPE(NLB_KERNELS_FOR_DTYPE, _)
+NL_FOR_EACH_DTYPE(NLB_KERNELS_FOR_DTYPE, _)
 
 extern "C" __global__ void NLB_LB nl_bn_finalize1(nlb::Fin1Params p) { nlb::finalize1(p); }
 extern "C" __global__ void NLB_LB nl_bn_finalize2(nlb::Fin2Params p) { nlb::finalize2(p); }

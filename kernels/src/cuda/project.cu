@@ -1,3 +1,4 @@
+#line 2 "project.cu"  // line 1 is this directive (NVRTC compiles nl_common.cuh + this file)
 // project.cu: the weight projections of nGPT and anGPT for every matrix of a model in ONE launch,
 // for f32, f16 and bf16 parameters, in place on the parameter the optimizer owns.
 //
@@ -56,16 +57,13 @@
 // Optional per-block outcome counts (`counts`, 4 ints per block: projected, unchanged, zero,
 // non-finite) let the host rebuild the per-matrix report of the CPU path without atomics.
 
-#ifndef SIMT_CPU
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#else
-#include "simt_cpu.h"
+#ifndef NL_COMMON_CUH
+#include "nl_common.cuh"  // helpers shared by the kernel files (i64, warp_sum, ...)
 #endif
 
 namespace nlp {
 
-typedef long long i64;
+using namespace nl;
 
 enum Axis { ROWS = 0, COLS = 1 };
 enum Kind { UNIT = 0, BALL = 1, FROBENIUS = 2 };
@@ -163,12 +161,6 @@ __device__ __forceinline__ double sq(float x) {
 }
 
 // ------------------------------------------------------------------ reductions (fixed trees)
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 /// Block sum: warp butterflies, then every thread adds the 8 warp partials in warp order.
 __device__ __forceinline__ double block_sum(double v, double* red) {
   v = warp_sum(v);

@@ -1,3 +1,4 @@
+#line 2 "residual.cu"  // line 1 is this directive (NVRTC compiles nl_common.cuh + this file)
 // residual.cu: the fused residual updates of nGPT and anGPT, forward and backward, for fp16 and
 // bf16 storage with fp32 math and one rounding on store.
 //
@@ -58,19 +59,16 @@
 // ulp of fp32, invisible after the rounding to 16 bits): the IEEE-rounded division and sqrt add
 // slow-path calls whose ABI spills registers, and the compile gate requires zero local memory.
 
-#ifndef SIMT_CPU
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#else
-#include "simt_cpu.h"
+#ifndef NL_COMMON_CUH
+#include "nl_common.cuh"  // helpers shared by the kernel files (Cvt, lanef, Group, RowMap, ...)
 #endif
 
 namespace nlr {
 
-typedef long long i64;
+using namespace nl;
 
 /// Elements of 16-bit storage in one 16-byte vector.
-constexpr int VEC = 8;
+constexpr int VEC = VEC_LANES;
 /// Rows with max |x| inside [2^RESCUE_LO, 2^RESCUE_HI] are not rescaled.
 constexpr int RESCUE_LO = -30;
 constexpr int RESCUE_HI = 40;
@@ -112,55 +110,9 @@ struct UpdFinalizeParams {
   int n;
 };
 
-// ------------------------------------------------------------------ storage conversions
-template <class T> struct Cvt;
-template <> struct Cvt<__half> {
-  static __device__ __forceinline__ float to(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
-  static __device__ __forceinline__ float bits_to(unsigned short b) { return __half2float(__ushort_as_half(b)); }
-  static __device__ __forceinline__ unsigned short bits_from(float v) { return __half_as_ushort(__float2half_rn(v)); }
-};
-template <> struct Cvt<__nv_bfloat16> {
-  static __device__ __forceinline__ float to(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
-  static __device__ __forceinline__ float bits_to(unsigned short b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
-  static __device__ __forceinline__ unsigned short bits_from(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  }
-};
-
-__device__ __forceinline__ float f_inf() { return __int_as_float(0x7f800000); }
-__device__ __forceinline__ float f_nan() { return __int_as_float(0x7fc00000); }
-
 // ------------------------------------------------------------------ 16-byte vectors
-__device__ __forceinline__ unsigned word_of(const uint4& u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
-
-/// Element j of 8 packed 16-bit values (four 32-bit words; shifts keep the loads whole).
-template <class T>
-__device__ __forceinline__ float lanef(const uint4& u, int j) {
-  return Cvt<T>::bits_to((unsigned short)(word_of(u, j >> 1) >> ((j & 1) * 16)));
-}
-
-/// 8 floats rounded once each to T, packed.
-template <class T>
-__device__ __forceinline__ uint4 pack8(const float (&f)[VEC]) {
-  unsigned w[4];
-#pragma unroll
-  for (int i = 0; i < 4; i++) w[i] = (unsigned)Cvt<T>::bits_from(f[2 * i]) | ((unsigned)Cvt<T>::bits_from(f[2 * i + 1]) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 template <class T>
 __device__ __forceinline__ uint4 load16(const T* p) { return *reinterpret_cast<const uint4*>(p); }
-
-/// 16-byte store (st.global.wb.v4 on the GPU: one instruction, as rownorm.cu's store16).
-__device__ __forceinline__ void store16_global(void* p, uint4 v) {
-#ifdef SIMT_CPU
-  *reinterpret_cast<uint4*>(p) = v;
-#else
-  __stwb(reinterpret_cast<uint4*>(p), v);
-#endif
-}
 
 __device__ __forceinline__ void load8f(const float* p, float (&f)[VEC]) {
   const float4 x = *reinterpret_cast<const float4*>(p);
@@ -178,18 +130,7 @@ __device__ __forceinline__ void add8f(float* p, const float (&t)[VEC]) {
   *reinterpret_cast<float4*>(p + 4) = y;
 }
 
-// ------------------------------------------------------------------ groups (warp or block)
-template <bool BLOCK>
-struct Group {
-  __device__ __forceinline__ static int size() { return BLOCK ? (int)blockDim.x : 32; }
-  __device__ __forceinline__ static int rank() { return BLOCK ? (int)threadIdx.x : (int)(threadIdx.x & 31); }
-  __device__ __forceinline__ static int index_in_block() { return BLOCK ? 0 : (int)(threadIdx.x >> 5); }
-  __device__ __forceinline__ static int per_block() { return BLOCK ? 1 : (int)(blockDim.x >> 5); }
-  __device__ __forceinline__ static void sync() {
-    if (BLOCK) __syncthreads(); else __syncwarp();
-  }
-};
-
+// ------------------------------------------------------------------ reductions (warp or block)
 /// K values reduced at once across the warp: value k by max if bit k of MAXMASK is set, else
 /// by sum. Xor butterflies: every lane ends with the same bits.
 template <int K, unsigned MAXMASK>
@@ -233,29 +174,6 @@ __device__ __forceinline__ void group_reduce(float (&v)[K]) {
 }
 
 // ------------------------------------------------------------------ row layout and passes
-/// A row as a scalar head (up to the first 16-byte boundary), 16-byte vectors and a scalar tail.
-struct RowMap {
-  int head;
-  int nvec;
-  int n;
-};
-
-__device__ __forceinline__ RowMap row_map(const void* row, int n, int vec_ok) {
-  RowMap m;
-  m.n = n;
-  if (!vec_ok) {
-    m.head = 0;
-    m.nvec = 0;
-    return m;
-  }
-  const unsigned long long ad = (unsigned long long)row;
-  int head = (int)(((16u - (unsigned)(ad & 15u)) & 15u) >> 1);
-  if (head > n) head = n;
-  m.head = head;
-  m.nvec = (n - head) / VEC;
-  return m;
-}
-
 /// Shared-memory slots (elements) per staged row or column vector: column i lives at slot
 /// i + VEC - head, so the vector body is 16-byte aligned there too.
 __device__ __forceinline__ i64 row_slots(int n) { return (i64)((n + 2 * VEC - 1) / VEC) * VEC; }
@@ -307,30 +225,13 @@ __device__ __forceinline__ void row_pass(const T* const (&src)[NI], T* const (&s
       for (int k = 0; k < NO; k++) o[k][j] = oj[k];
     }
 #pragma unroll
-    for (int k = 0; k < NO; k++) store16_global(dst[k] + i0, pack8<T>(o[k]));
+    for (int k = 0; k < NO; k++) store16(dst[k] + i0, pack8<T>(o[k]));
     if (acc) add8f(acc + i0, t);
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) scalar(i);
 }
 
 // ------------------------------------------------------------------ rescue, eps, statistics
-/// floor(log2(v)) for finite v > 0 (subnormals by their leading bit).
-__device__ __forceinline__ int floor_log2(float v) {
-  const int bits = __float_as_int(v);
-  const int biased = (bits >> 23) & 0xff;
-  return biased ? biased - 127 : -149 + (31 - __clz(bits & 0x7fffff));
-}
-
-/// Exponent e with the row scaled by 2^-e (0: no scaling) given its max |x|.
-__device__ __forceinline__ int rescue_exponent(float amax) {
-  if (!(amax > 0.0f)) return 0;
-  const int e = floor_log2(amax);
-  return (e < RESCUE_LO || e > RESCUE_HI) ? e : 0;
-}
-
-/// 2^k as a float for k in [-126, 127] (exact).
-__device__ __forceinline__ float pow2(int k) { return __int_as_float((127 + k) << 23); }
-
 /// Multiplication by 2^-e as two in-range factors, |e| clamped to 252 (beyond it the product of
 /// any fp32 value of the kernels' magnitudes is 0 or Inf anyway). Exact unless the result is
 /// subnormal; e = 0 multiplies by 1 twice.
@@ -343,10 +244,6 @@ struct Scale {
   }
   __device__ __forceinline__ float operator()(float v) const { return (v * f1) * f2; }
 };
-
-__device__ __forceinline__ float recip(float x) { return __fdividef(1.0f, x); }
-/// sqrt(q) for q >= 0 (0 for 0).
-__device__ __forceinline__ float norm_from_sumsq(float q) { return q > 0.0f ? q * rsqrtf(q) : 0.0f; }
 
 /// 1/max(||x||, eps) of a row scaled by 2^-e, from its sum of squares: returns the reciprocal
 /// (for the scaled row) and whether the clamp applied. If eps 2^-e overflows (a tiny row scaled
@@ -366,12 +263,6 @@ __device__ __forceinline__ int meta_b(int eb, bool clamped) { return eb * 2 + (c
 __device__ __forceinline__ int meta_r(int q, int er, bool clamped) { return (er * 256 + q) * 2 + (clamped ? 1 : 0); }
 
 // ------------------------------------------------------------------ a in shared memory
-#ifdef SIMT_CPU
-#define NLR_DYNAMIC_SMEM(name) unsigned char* name = simt::dynamic_shared<unsigned char>()
-#else
-#define NLR_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-#endif
-
 struct ABlock {
   bool bad;   // some a_j is NaN or Inf
   int e_oma;  // floor(log2(max_j |1 - a_j|)), 0 if that is 0
@@ -401,7 +292,7 @@ __device__ __forceinline__ int vec_allowed(int vec_ok, int d) { return vec_ok &&
 // ------------------------------------------------------------------ nGPT forward
 template <class T, bool BLOCK>
 __device__ __forceinline__ void ngpt_fwd(const UpdFwdParams& p) {
-  NLR_DYNAMIC_SMEM(smem);
+  NL_DYNAMIC_SMEM(smem);
   typedef Group<BLOCK> Gr;
   const int d = p.d;
   const int G = Gr::size(), r = Gr::rank(), gi = Gr::index_in_block();
@@ -442,7 +333,7 @@ __device__ __forceinline__ void ngpt_fwd(const UpdFwdParams& p) {
     int mb = 0, mr = 0;
     if (!ac.bad && v1[0] < f_inf()) {
       // Norm(b): power-of-two rescue, then the clamp at eps.
-      const int eb = rescue_exponent(v1[0]);
+      const int eb = rescue_exponent<RESCUE_LO, RESCUE_HI>(v1[0]);
       const Scale scb(eb);
       float qb[1] = {v1[2]};
       if (eb != 0) {
@@ -479,7 +370,7 @@ __device__ __forceinline__ void ngpt_fwd(const UpdFwdParams& p) {
         return 0.0f;
       });
       group_reduce<BLOCK, 2, 1u>(v2);
-      const int er = rescue_exponent(v2[0]);
+      const int er = rescue_exponent<RESCUE_LO, RESCUE_HI>(v2[0]);
       const Scale scr(er);
       float qr[1] = {v2[1]};
       if (er != 0) {
@@ -553,7 +444,7 @@ __device__ __forceinline__ void write_partials(const float* acc0, i64 stride_flo
 // ------------------------------------------------------------------ nGPT backward
 template <class T, bool BLOCK>
 __device__ __forceinline__ void ngpt_bwd(const UpdBwdParams& p) {
-  NLR_DYNAMIC_SMEM(smem);
+  NL_DYNAMIC_SMEM(smem);
   typedef Group<BLOCK> Gr;
   const int d = p.d;
   const int G = Gr::size(), r = Gr::rank(), gi = Gr::index_in_block();
@@ -667,7 +558,7 @@ __device__ __forceinline__ Coefs angpt_coefs(float a) {
 
 template <class T, bool BLOCK>
 __device__ __forceinline__ void angpt_fwd(const UpdFwdParams& p) {
-  NLR_DYNAMIC_SMEM(smem);
+  NL_DYNAMIC_SMEM(smem);
   typedef Group<BLOCK> Gr;
   const int d = p.d;
   const int G = Gr::size(), r = Gr::rank(), gi = Gr::index_in_block();
@@ -693,7 +584,7 @@ __device__ __forceinline__ void angpt_fwd(const UpdFwdParams& p) {
 
 template <class T, bool BLOCK>
 __device__ __forceinline__ void angpt_bwd(const UpdBwdParams& p) {
-  NLR_DYNAMIC_SMEM(smem);
+  NL_DYNAMIC_SMEM(smem);
   typedef Group<BLOCK> Gr;
   const int d = p.d;
   const int G = Gr::size(), r = Gr::rank(), gi = Gr::index_in_block();
@@ -745,10 +636,6 @@ __device__ __forceinline__ void finalize(const UpdFinalizeParams& p) {
 #define NL_UPD_BLOCK_THREADS_MAX 512
 #define NL_UPD_FINALIZE_THREADS 256
 
-#define NL_UPDATE_FOR_EACH_DTYPE(X, ...) \
-  X(f16, __half, __VA_ARGS__)            \
-  X(bf16, __nv_bfloat16, __VA_ARGS__)
-
 #define NL_UPDATE_FOR_EACH_KIND(X, ...) \
   X(ngpt, __VA_ARGS__)                  \
   X(angpt, __VA_ARGS__)
@@ -768,7 +655,7 @@ __device__ __forceinline__ void finalize(const UpdFinalizeParams& p) {
   }
 
 #define NL_UPDATE_KERNELS_DTYPE(tn, T, ...) NL_UPDATE_FOR_EACH_KIND(NL_UPDATE_KERNELS_KIND, tn, T)
-NL_UPDATE_FOR_EACH_DTYPE(NL_UPDATE_KERNELS_DTYPE, _)
+NL_FOR_EACH_DTYPE(NL_UPDATE_KERNELS_DTYPE, _)
 
 extern "C" __global__ void __launch_bounds__(NL_UPD_FINALIZE_THREADS) nl_update_finalize(nlr::UpdFinalizeParams p) {
   nlr::finalize(p);

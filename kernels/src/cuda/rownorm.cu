@@ -1,3 +1,4 @@
+#line 2 "rownorm.cu"  // line 1 is this directive (NVRTC compiles nl_common.cuh + this file)
 // rownorm.cu: row-form normalizations (RMS, Layer, unit L2, L1, L-inf, Top-k), forward and
 // backward, for fp16 and bf16 storage with fp32 statistics and one rounding on store.
 //
@@ -39,23 +40,18 @@
 // per block (warps added in warp order), and `nl_finalize_*` sums the partials in block order.
 // No atomics.
 
-#ifndef SIMT_CPU
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#else
-#include "simt_cpu.h"
+#ifndef NL_COMMON_CUH
+#include "nl_common.cuh"  // helpers shared by the kernel files (Cvt, lanef, Group, RowMap, ...)
 #endif
 
 namespace nl {
-
-typedef long long i64;
 
 enum Kind { RMS = 0, LAYER = 1, UNIT_L2 = 2, L1 = 3, LINF = 4, TOPK = 5 };
 
 /// Largest k the register top-k supports.
 constexpr int TOPK_MAX = 32;
 /// Elements of 16-bit storage in one 16-byte vector.
-constexpr int VEC = 8;
+constexpr int VEC = VEC_LANES;
 /// Rows with max |x| inside [2^RESCUE_LO, 2^RESCUE_HI] are not rescaled (fp32 sums of squares of
 /// up to 2^40 elements stay finite and above the normal range).
 constexpr int RESCUE_LO = -30;
@@ -101,82 +97,20 @@ struct FinalizeParams {
   int n;
 };
 
-// ------------------------------------------------------------------ storage conversions
-template <class T> struct Cvt;
-template <> struct Cvt<__half> {
-  static __device__ __forceinline__ float to(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
-  static __device__ __forceinline__ float bits_to(unsigned short b) { return __half2float(__ushort_as_half(b)); }
-  static __device__ __forceinline__ unsigned short bits_from(float v) { return __half_as_ushort(__float2half_rn(v)); }
-};
-template <> struct Cvt<__nv_bfloat16> {
-  static __device__ __forceinline__ float to(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
-  static __device__ __forceinline__ float bits_to(unsigned short b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
-  static __device__ __forceinline__ unsigned short bits_from(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  }
-};
-
-/// 16 bytes = 8 elements of 16-bit storage, as four 32-bit words (element j is the low (j even)
-/// or high half of word j / 2). Packing by shifts rather than a union keeps the 16-byte global
-/// loads and stores whole (ld/st.global.v4) and is valid C++.
+// ------------------------------------------------------------------ 16-byte vectors
+/// A 16-byte vector of 8 16-bit elements (nl_common.cuh's lanef reads its `.u`). The row kernels
+/// hold their vector loads in this one-member struct rather than in a bare uint4: with a bare
+/// uint4 NVVM forwards load_row's copy to shared memory and issues the global load after the
+/// shared address arithmetic (the same instructions in another order); the struct keeps the PTX
+/// as it was before the helpers moved to nl_common.cuh.
 struct Vec16 {
   uint4 u;
 };
 
-__device__ __forceinline__ unsigned word_of(const uint4& u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; }
-
-template <class T>
-__device__ __forceinline__ float lanef(const Vec16& v, int j) {
-  return Cvt<T>::bits_to((unsigned short)(word_of(v.u, j >> 1) >> ((j & 1) * 16)));
-}
-
-/// 16-byte global store. NVVM split a plain uint4 store into four 32-bit stores in the backward
-/// kernels; __stwb (st.global.wb.v4, the default write-back policy) keeps it one instruction.
-__device__ __forceinline__ void store16(uint4* p, uint4 v) {
-#ifdef SIMT_CPU
-  *p = v;
-#else
-  __stwb(p, v);
-#endif
-}
-
-/// Pack 8 floats, rounded once each to T, into a vector.
-template <class T>
-__device__ __forceinline__ uint4 pack8(const float (&f)[VEC]) {
-  unsigned w[4];
-#pragma unroll
-  for (int i = 0; i < 4; i++) w[i] = (unsigned)Cvt<T>::bits_from(f[2 * i]) | ((unsigned)Cvt<T>::bits_from(f[2 * i + 1]) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// ------------------------------------------------------------------ groups (warp or block)
-/// A row's processing group: one warp (BLOCK = false) or the whole block (BLOCK = true).
-template <bool BLOCK>
-struct Group {
-  __device__ __forceinline__ static int size() { return BLOCK ? (int)blockDim.x : 32; }
-  __device__ __forceinline__ static int rank() { return BLOCK ? (int)threadIdx.x : (int)(threadIdx.x & 31); }
-  __device__ __forceinline__ static int index_in_block() { return BLOCK ? 0 : (int)(threadIdx.x >> 5); }
-  __device__ __forceinline__ static int per_block() { return BLOCK ? 1 : (int)(blockDim.x >> 5); }
-  __device__ __forceinline__ static void sync() {
-    if (BLOCK) __syncthreads(); else __syncwarp();
-  }
-};
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// ------------------------------------------------------------------ reductions (warp or block)
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ int warp_sum_int(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 /// Largest value, ties to the lowest index (a total order, so every lane gets the same pair).
@@ -211,7 +145,7 @@ __device__ __forceinline__ float group_sum(float v) {
 
 template <bool BLOCK>
 __device__ __forceinline__ int group_sum_int(int v) {
-  v = warp_sum_int(v);
+  v = warp_sum(v);
   if (!BLOCK) return v;
   __shared__ int red_i[32];
   if ((threadIdx.x & 31) == 0) red_i[threadIdx.x >> 5] = v;
@@ -257,30 +191,6 @@ __device__ __forceinline__ void group_argmax(float& v, i64& idx) {
 }
 
 // ------------------------------------------------------------------ row layout
-/// How a row splits into a scalar head (up to the first 16-byte boundary), 16-byte vectors and a
-/// scalar tail. Shared-memory slot of element i is i + VEC - head, so vectors are aligned there too.
-struct RowMap {
-  int head;
-  int nvec;
-  int n;
-};
-
-__device__ __forceinline__ RowMap row_map(const void* row, int n, int vec_ok) {
-  RowMap m;
-  m.n = n;
-  if (!vec_ok) {  // everything is scalar "tail"
-    m.head = 0;
-    m.nvec = 0;
-    return m;
-  }
-  const unsigned long long a = (unsigned long long)row;
-  int head = (int)(((16u - (unsigned)(a & 15u)) & 15u) >> 1);
-  if (head > n) head = n;
-  m.head = head;
-  m.nvec = (n - head) / VEC;
-  return m;
-}
-
 /// Shared-memory slots per staged row (16-byte multiple).
 __device__ __forceinline__ int row_slots(int n) { return ((n + 2 * VEC - 1) / VEC) * VEC; }
 
@@ -298,7 +208,7 @@ __device__ __forceinline__ void load_row(const T* __restrict__ g, T* s, const Ro
     q.u = *reinterpret_cast<const uint4*>(g + i0);
     *reinterpret_cast<uint4*>(s + VEC + (i64)v * VEC) = q.u;
 #pragma unroll
-    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q, j));
+    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q.u, j));
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) {
     T v = g[i];
@@ -316,7 +226,7 @@ __device__ __forceinline__ void visit_row(const T* s, const RowMap& m, int G, in
     Vec16 q;
     q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
 #pragma unroll
-    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q, j));
+    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q.u, j));
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) f(i, Cvt<T>::to(s[i + VEC - m.head]));
 }
@@ -331,7 +241,7 @@ __device__ __forceinline__ void visit_row2(const T* s, const T* s2, const RowMap
     q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
     q2.u = *reinterpret_cast<const uint4*>(s2 + VEC + (i64)v * VEC);
 #pragma unroll
-    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q, j), lanef<T>(q2, j));
+    for (int j = 0; j < VEC; j++) f(i0 + j, lanef<T>(q.u, j), lanef<T>(q2.u, j));
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G)
     f(i, Cvt<T>::to(s[i + VEC - m.head]), Cvt<T>::to(s2[i + VEC - m.head]));
@@ -354,7 +264,7 @@ __device__ __forceinline__ void store_row(T* __restrict__ o, const T* s, const T
     else q2.u = make_uint4(0u, 0u, 0u, 0u);
     float res[VEC];
 #pragma unroll
-    for (int j = 0; j < VEC; j++) res[j] = out(i0 + j, lanef<T>(q, j), s2 ? lanef<T>(q2, j) : 0.0f);
+    for (int j = 0; j < VEC; j++) res[j] = out(i0 + j, lanef<T>(q.u, j), s2 ? lanef<T>(q2.u, j) : 0.0f);
     store16(reinterpret_cast<uint4*>(o + i0), pack8<T>(res));
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G) {
@@ -389,17 +299,6 @@ __device__ __forceinline__ float pure_butterfly16(float acc) {
 }
 
 // ------------------------------------------------------------------ Top-k
-/// Insert v into the descending list a (kept in registers: every index is a compile-time constant).
-__device__ __forceinline__ void topk_insert(float (&a)[TOPK_MAX], float v) {
-  if (!(v > a[TOPK_MAX - 1])) return;
-#pragma unroll
-  for (int i = 0; i < TOPK_MAX; i++) {
-    const float hi = fmaxf(a[i], v);
-    v = fminf(a[i], v);
-    a[i] = hi;
-  }
-}
-
 /// Result of a top-k merge: the sum of the k largest (added in descending order, as the CPU
 /// path), the k-th largest value and how many of the k are strictly larger than it.
 struct TopkResult {
@@ -512,19 +411,6 @@ __device__ __forceinline__ i64 tie_cut(const T* s, const RowMap& m, float kth, i
 }
 
 // ------------------------------------------------------------------ rescue and eps
-/// Exponent e with the row scaled by 2^-e (0: no scaling) given max |x|.
-__device__ __forceinline__ int rescue_exponent(float amax) {
-  if (!(amax > 0.0f)) return 0;
-  // floor(log2(amax)) from the bits (amax is finite and > 0; subnormals by their leading bit).
-  const int bits = __float_as_int(amax);
-  const int biased = (bits >> 23) & 0xff;
-  const int e = biased ? biased - 127 : -149 + (31 - __clz(bits & 0x7fffff));
-  return (e < RESCUE_LO || e > RESCUE_HI) ? e : 0;
-}
-
-/// 2^k as a float for k in [-126, 127] (exact, no libm call).
-__device__ __forceinline__ float pow2(int k) { return __int_as_float((127 + k) << 23); }
-
 /// Multiplication by 2^-e as two in-range factors (|e| <= 149 would not fit one float), branch
 /// free: with e = 0 both factors are 1 and the product is exact.
 struct Scale {
@@ -532,23 +418,6 @@ struct Scale {
   __device__ __forceinline__ explicit Scale(int e) : f1(pow2(-(e / 2))), f2(pow2(-(e - e / 2))) {}
   __device__ __forceinline__ float operator()(float v) const { return (v * f1) * f2; }
 };
-
-// Per-row reciprocals and square roots use the hardware approximations (rsqrt.approx,
-// rcp.approx: <= 2 ulp of fp32, invisible after the one rounding to 16 bits). The IEEE-rounded
-// division and sqrt would add a slow-path subroutine call whose ABI spills registers, and the
-// compile gate requires zero spills. The emulator computes these correctly rounded.
-__device__ __forceinline__ float recip(float d) { return __fdividef(1.0f, d); }
-/// sqrt(q) for q >= 0 (0 for 0).
-__device__ __forceinline__ float norm_from_sumsq(float q) { return q > 0.0f ? q * rsqrtf(q) : 0.0f; }
-
-__device__ __forceinline__ float stats_meta(int e, bool clamped) { return __int_as_float(e * 2 + (clamped ? 1 : 0)); }
-
-// ------------------------------------------------------------------ shared memory
-#ifdef SIMT_CPU
-#define NL_DYNAMIC_SMEM(name) unsigned char* name = simt::dynamic_shared<unsigned char>()
-#else
-#define NL_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-#endif
 
 // ------------------------------------------------------------------ fp8 output
 /// Output storage of the forward: the input's 16-bit type, or fp8 E4M3 with a scale.
@@ -593,7 +462,7 @@ __device__ __forceinline__ void store_row_e4m3(unsigned char* __restrict__ o, co
     q.u = *reinterpret_cast<const uint4*>(s + VEC + (i64)v * VEC);
     unsigned w[2] = {0u, 0u};
 #pragma unroll
-    for (int j = 0; j < VEC; j++) w[j >> 2] |= e4m3_from_f32(__fmul_rn(out(i0 + j, lanef<T>(q, j), 0.0f), scale)) << (8 * (j & 3));
+    for (int j = 0; j < VEC; j++) w[j >> 2] |= e4m3_from_f32(__fmul_rn(out(i0 + j, lanef<T>(q.u, j), 0.0f), scale)) << (8 * (j & 3));
     store8(reinterpret_cast<uint2*>(o + i0), make_uint2(w[0], w[1]));
   }
   for (i64 i = (i64)m.head + (i64)m.nvec * VEC + r; i < m.n; i += G)
@@ -633,7 +502,7 @@ __device__ __forceinline__ void fwd(const FwdParams& p, float out_scale = 1.0f) 
     if (bad) {
       hi = lo = s = __int_as_float(0x7fc00000);
     } else {
-      e = rescue_exponent(amax);
+      e = rescue_exponent<RESCUE_LO, RESCUE_HI>(amax);
       sc = Scale(e);
       const bool l2 = KIND == RMS || KIND == LAYER;
       // eps of the scaled row: eps 2^-2e inside a mean square, eps 2^-e on a scale.
@@ -1028,10 +897,6 @@ __device__ __forceinline__ void fwd_pure(const FwdVarParams& vp) {
   X(l1, L1, __VA_ARGS__)                \
   X(linf, LINF, __VA_ARGS__)            \
   X(topk, TOPK, __VA_ARGS__)
-
-#define NL_FOR_EACH_DTYPE(X, ...) \
-  X(f16, __half, __VA_ARGS__)     \
-  X(bf16, __nv_bfloat16, __VA_ARGS__)
 
 #define NL_ROW_KERNELS_FOR_KIND(name, KIND, tn, T)                                                               \
   extern "C" __global__ void __launch_bounds__(NL_WARP_THREADS, NL_MINB_FWD_WARP(nl::KIND)) nl_##name##_fwd_##tn##_warp(nl::FwdParams p) {   \
