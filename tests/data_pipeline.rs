@@ -338,7 +338,7 @@ fn batch_shape_errors_are_typed() {
     // seq = len - 1: exactly one window, the whole part.
     let s = BatchSampler::new(&split, Part::Val, 4, 2, 0).unwrap();
     assert_eq!(s.offsets(9), vec![0; 4]);
-    assert_eq!(s.windows(9), vec![7 + 48, 8 + 48, 9 + 48].repeat(4));
+    assert_eq!(s.windows(9), [7 + 48, 8 + 48, 9 + 48].repeat(4));
 }
 
 #[test]

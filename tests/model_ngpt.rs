@@ -84,12 +84,12 @@ fn reference(model: &dyn LanguageModel, toks: &[u32]) -> Vec<Vec<f64>> {
             let mix: Vec<f64> = (0..d).map(|j| h[t][j] + aa[j] * (ha[j] - h[t][j])).collect();
             h[t] = unit(&mix);
         }
-        for t in 0..t_len {
-            let uv = matvec(&fc_w, 2 * r, &h[t]);
+        for ht in h.iter_mut().take(t_len) {
+            let uv = matvec(&fc_w, 2 * r, ht);
             let x: Vec<f64> = (0..r).map(|j| uv[j] * suv[j] * silu(uv[r + j] * suv[r + j] * sqrt_d)).collect();
             let hm = unit(&matvec(&pr_w, d, &x));
-            let mix: Vec<f64> = (0..d).map(|j| h[t][j] + am[j] * (hm[j] - h[t][j])).collect();
-            h[t] = unit(&mix);
+            let mix: Vec<f64> = (0..d).map(|j| ht[j] + am[j] * (hm[j] - ht[j])).collect();
+            *ht = unit(&mix);
         }
     }
     let head = p("lm_head.weight");

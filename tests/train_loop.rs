@@ -205,7 +205,7 @@ fn f16_loss_scaling_skips_overflow_steps_and_grows() {
         }
         skipped += u64::from(st.skipped);
     }
-    assert!(skipped >= 3 && skipped < 40, "skipped {skipped}");
+    assert!((3..40).contains(&skipped), "skipped {skipped}");
     assert!(grew >= 1, "no growth event");
     assert_eq!(s.skipped_steps, skipped);
     // Adam only counted the applied steps.

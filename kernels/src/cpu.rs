@@ -132,7 +132,7 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
 
 fn rows_of<T>(spec: &NormSpec, x: &[T], n: usize) -> Result<usize> {
     spec.validate(n)?;
-    if x.len() % n != 0 {
+    if !x.len().is_multiple_of(n) {
         return Err(NormError::Shape(format!("input of {} elements is not a whole number of rows of n = {n}", x.len())).into());
     }
     Ok(x.len() / n)
@@ -362,7 +362,7 @@ pub fn forward_pure<T: Half16>(
 /// Whether the fp8 output rows can use 8-byte vectors where the 16-bit input rows use 16-byte
 /// ones: element addresses x / 2 and y congruent modulo 8.
 pub fn e4m3_vec_ok(x_addr: usize, y_addr: usize) -> bool {
-    x_addr % 2 == 0 && (x_addr / 2) % 8 == y_addr % 8
+    x_addr.is_multiple_of(2) && (x_addr / 2) % 8 == y_addr % 8
 }
 
 /// The forward with fp8 E4M3 output on the emulator: `y[i] = round_e4m3(y_f32[i] * out_scale)`

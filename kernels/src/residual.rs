@@ -194,9 +194,8 @@ pub struct UpdFinalizeParams {
 
 /// Whether the kernels may use 16-byte vectors: every row buffer at the same address modulo 16
 /// and `d % 8 == 0` (then every row starts at the same offset; the kernel checks it too).
-#[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87, the MSRV is 1.85
 pub fn vec_ok(d: usize, addrs: &[usize]) -> bool {
-    d % VEC == 0 && addrs.iter().all(|&a| a % 16 == addrs[0] % 16)
+    d.is_multiple_of(VEC) && addrs.iter().all(|&a| a % 16 == addrs[0] % 16)
 }
 
 /// A validated update launch.

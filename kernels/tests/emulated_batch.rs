@@ -135,6 +135,7 @@ struct Outcome<T> {
 
 /// Everything the kernels produce for one case (train forward with running statistics, then
 /// train backward from the saved state), in thread order `order`.
+#[allow(clippy::too_many_arguments)]
 fn run_kernels<T: H>(norm: &BatchNorm, c: &Case, x: &[T], dy: &[T], w: Option<&[T]>, b: Option<&[T]>, run0: &RunningStats, o: &EmuOptions) -> Outcome<T> {
     let l = c.layout;
     let tuning = BatchTuning::tiny(c.chunk);

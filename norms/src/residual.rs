@@ -70,8 +70,7 @@ fn check_shape(len: usize, d: usize, a_len: usize) -> Result<usize> {
     if d == 0 {
         return Err(NormError::Empty { what: "the update width d", value: d });
     }
-    #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87, the MSRV is 1.85
-    if len % d != 0 {
+    if !len.is_multiple_of(d) {
         return Err(NormError::Shape(format!("h of {len} elements is not a whole number of rows of d = {d}")));
     }
     if a_len != 1 && a_len != d {

@@ -186,7 +186,7 @@ fn f16_near_max() {
     let mut rng = Rng::new(65504);
     for n in [1usize, 2, 7, 33, 100, 1000] {
         let x: Vec<f64> =
-            (0..3 * n).map(|i| if (i + rng.below(2)) % 2 == 0 { 1.0 } else { -1.0 } * rng.range(60000.0, 65504.0)).collect();
+            (0..3 * n).map(|i| if (i + rng.below(2)).is_multiple_of(2) { 1.0 } else { -1.0 } * rng.range(60000.0, 65504.0)).collect();
         let mut x16: Vec<f16> = to_t(&x);
         x16[0] = f16::MAX;
         if n > 1 {

@@ -237,7 +237,16 @@ fn c_l1_claims(stats: &[GroupStats], prec: &str) -> Vec<Claim> {
     ]
 }
 
-fn speedup_claim(stats: &[GroupStats], prec: &str, arch: Arch, id: &str, source: &str, claim: &str, paper: &str, threshold: f64) -> Claim {
+/// The fixed text of a claim: what it is and where the paper says it.
+struct ClaimHead<'a> {
+    id: &'a str,
+    source: &'a str,
+    claim: &'a str,
+    paper: &'a str,
+}
+
+fn speedup_claim(stats: &[GroupStats], prec: &str, arch: Arch, head: ClaimHead, threshold: f64) -> Claim {
+    let ClaimHead { id, source, claim, paper } = head;
     let rule = format!("in {prec}: speedup = GPT+'s steps / steps {} needs to reach GPT+'s mean final validation loss (every seed); supported when >= {threshold:.2}", arch.name());
     let base = find(stats, Arch::GptPlus.name(), BASELINE_VARIANT, prec);
     let (measured, verdict) = match (find(stats, arch.name(), BASELINE_VARIANT, prec), base) {
@@ -293,8 +302,15 @@ pub fn evaluate(runs: &[CellRun], stats: &[GroupStats], reference: Precision, nu
     let prec = reference.name();
     let mut out = vec![half_precision_claim(runs, stats)];
     out.extend(c_l1_claims(stats, prec));
-    out.push(speedup_claim(stats, prec, Arch::NGpt, "ngpt_speedup", "nGPT (Loshchilov et al.); anGPT Fig. 3", "nGPT converges faster than GPT", "4-20x fewer steps than GPT (nGPT paper); 1.29x over GPT+ with QK-norm (anGPT paper)", 1.0));
-    out.push(speedup_claim(stats, prec, Arch::AnGpt, "angpt_speedup", "anGPT Fig. 3", "anGPT converges 1.4x faster than GPT+ with QK-norm", "1.4x", ANGPT_SPEEDUP * SPEEDUP_TOLERANCE));
+    let ngpt = ClaimHead {
+        id: "ngpt_speedup",
+        source: "nGPT (Loshchilov et al.); anGPT Fig. 3",
+        claim: "nGPT converges faster than GPT",
+        paper: "4-20x fewer steps than GPT (nGPT paper); 1.29x over GPT+ with QK-norm (anGPT paper)",
+    };
+    out.push(speedup_claim(stats, prec, Arch::NGpt, ngpt, 1.0));
+    let angpt = ClaimHead { id: "angpt_speedup", source: "anGPT Fig. 3", claim: "anGPT converges 1.4x faster than GPT+ with QK-norm", paper: "1.4x" };
+    out.push(speedup_claim(stats, prec, Arch::AnGpt, angpt, ANGPT_SPEEDUP * SPEEDUP_TOLERANCE));
     out.push(overhead_claim(stats, prec));
     out.push(nu_claim(nu));
     out

@@ -35,6 +35,10 @@ pub fn load_runs(preset: &Preset, dir: &Path) -> Result<(Vec<CellRun>, Vec<Strin
     Ok((runs, missing))
 }
 
+/// One bar chart of the counters/speed figures: file stem, title, y label, and per group
+/// (label, precision, value; None draws no bar).
+type ChartSpec<'a> = (&'a str, &'a str, &'a str, Vec<(String, String, Option<f64>)>);
+
 fn stat_text(s: Option<Stat>, digits: usize) -> String {
     match s {
         Some(Stat { mean, std: Some(sd), .. }) => format!("{mean:.digits$} ± {sd:.digits$}"),
@@ -176,7 +180,7 @@ fn plots(dir: &Path, runs: &[CellRun], stats: &[GroupStats], reference: Option<c
     // Counters and speed per group, coloured by precision.
     let row = |g: &GroupStats, v: Option<f64>| (format!("{}/{}", g.arch, g.variant), g.precision.clone(), v);
     let log1p = |v: f64| (1.0 + v).log10();
-    let charts: [(&str, &str, &str, Vec<(String, String, Option<f64>)>); 5] = [
+    let charts: [ChartSpec; 5] = [
         ("acc_overflow", "accumulation overflows per run (mean over seeds)", "log10(1 + overflows per run)", stats.iter().map(|g| row(g, Some(log1p(g.counters.acc_overflow)))).collect()),
         ("nonfinite", "non-finite norm inputs + outputs per run", "log10(1 + count per run)", stats.iter().map(|g| row(g, Some(log1p(g.counters.nonfinite_in + g.counters.nonfinite_out)))).collect()),
         ("divergence_step", "step of divergence (mean over diverged runs; no bar = none diverged)", "step", stats.iter().map(|g| row(g, (!g.diverged_at.is_empty()).then(|| g.diverged_at.iter().sum::<u64>() as f64 / g.diverged_at.len() as f64))).collect()),

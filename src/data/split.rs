@@ -41,8 +41,8 @@ impl Part {
     /// A distinct word for the random stream, so train and val draws are independent.
     pub(crate) fn stream(self) -> u64 {
         match self {
-            Part::Train => 0x7472_6169_6e,
-            Part::Val => 0x76_616c,
+            Part::Train => 0x74_72_61_69_6e, // "train" in ASCII
+            Part::Val => 0x76_61_6c,         // "val"
         }
     }
 }

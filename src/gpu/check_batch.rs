@@ -170,6 +170,7 @@ fn ref_backward(norm: &BatchNorm, l: Layout, x: &[f64], dy: &[f64], mode: Mode, 
 
 /// Per-channel dx slack `2^-16 (max|dx| + s (max|g| + C |g . x^|))` and the channel sums of
 /// `|dy x^|`, `|dy|`.
+#[allow(clippy::too_many_arguments)]
 fn slacks(norm: &BatchNorm, l: &Layout, dy: &[f64], w: Option<&[f64]>, xhat: &[f64], dx: &[f64], st: &[RowStats], mode: Mode) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let c = l.channels();
     let cc = match norm {

@@ -190,12 +190,10 @@ impl ModelConfig {
                 return bad(field, "0".into(), "must be at least 1");
             }
         }
-        #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87, the MSRV is 1.85
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return bad("n_heads", format!("{} (d_model = {})", self.n_heads, self.d_model), "must divide d_model");
         }
-        #[allow(clippy::manual_is_multiple_of)]
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return bad("n_heads", format!("{} (head dim {})", self.n_heads, self.head_dim()), "RoPE needs an even head dimension");
         }
         if self.d_model.checked_mul(self.mlp_ratio).and_then(|r| r.checked_mul(2)).is_none() {

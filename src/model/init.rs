@@ -27,7 +27,7 @@ impl<'a> Builder<'a> {
             return Err(ModelError::StorageDType(storage));
         }
         // Stream 0x6d6f64656c ("model"): distinct from the data pipeline's streams.
-        Ok(Builder { store: ParamStore::new(), rng: StreamRng::new(seed, 0x6d6f_6465_6c), storage, device })
+        Ok(Builder { store: ParamStore::new(), rng: StreamRng::new(seed, 0x6d_6f_64_65_6c /* "model" */), storage, device })
     }
 
     /// `n` draws of N(0, std^2).

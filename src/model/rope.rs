@@ -43,7 +43,7 @@ impl RopeTables {
         for pos in 0..t {
             let p = pos as f64;
             // NVIDIA/ngpt's interleaved sinusoid table E[t, c].
-            let e = |c: usize| if c % 2 == 0 { (p * theta(c / 2)).sin() } else { (p * theta(c / 2)).cos() };
+            let e = |c: usize| if c.is_multiple_of(2) { (p * theta(c / 2)).sin() } else { (p * theta(c / 2)).cos() };
             for i in 0..half {
                 match kind {
                     RopeKind::Standard => {

@@ -50,7 +50,8 @@ fn abs(z: &Tensor) -> Result<Tensor> {
 /// maximum or a selection may skip: the op's rows with a non-finite input get NaN statistics.
 fn nan_guard(abs_z: &Tensor, stat: Tensor) -> Result<Tensor> {
     let check = abs_z.sum_keepdim(D::Minus1)?;
-    stat + (&check - &check)?
+    // check * 0 is 0 where the sum is finite and NaN where it is not (inf * 0, NaN * 0).
+    stat + (&check * 0.0)?
 }
 
 /// `y = norm(x) * weight + bias` over the last dimension of `x`, statistics in `work` (f32 or

@@ -58,8 +58,12 @@ impl Fp8Counters {
     pub fn is_zero(&self) -> bool {
         *self == Fp8Counters::default()
     }
-    /// Field-wise sum.
-    pub fn add(self, o: Fp8Counters) -> Fp8Counters {
+}
+
+/// Field-wise sum.
+impl std::ops::Add for Fp8Counters {
+    type Output = Fp8Counters;
+    fn add(self, o: Fp8Counters) -> Fp8Counters {
         Fp8Counters {
             values: self.values + o.values,
             underflow: self.underflow + o.underflow,
@@ -122,7 +126,7 @@ fn quantize<T: Element + WithDType>(x: &[T]) -> (Vec<T>, Fp8Counters) {
             }
             c
         })
-        .reduce(Fp8Counters::default, Fp8Counters::add);
+        .reduce(Fp8Counters::default, |a, b| a + b);
     (y, counters)
 }
 

@@ -81,7 +81,7 @@ pub fn norm_route(path: OpPath, device: &DeviceLocation, dtype: DType, accum: Ac
         OpPath::Composed => false,
         OpPath::Auto => cpu || (matches!(dtype, DType::F16 | DType::BF16) && accum == Accum::F32),
     };
-    if !accum.is_wide() && !(op && cpu) {
+    if !(accum.is_wide() || op && cpu) {
         let why = if cpu {
             "the composed path accumulates in f32 or f64; the pure f16/bf16 statistics are the CPU norm op's (OpPath::Auto or Fused)"
         } else {

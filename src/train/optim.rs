@@ -210,8 +210,8 @@ mod tests {
         let g2 = [vec![-0.05f64, 0.4, 0.3, 2.0], vec![0.5, 0.5]];
         let lr = [1e-2f64, 5e-3];
         let mut p: Vec<Vec<f64>> = vec![vec![0.5, -1.0, 2.0, 0.25], vec![1.0, -0.5]];
-        let mut m = vec![vec![0.0; 4], vec![0.0; 2]];
-        let mut v = vec![vec![0.0; 4], vec![0.0; 2]];
+        let mut m = [vec![0.0; 4], vec![0.0; 2]];
+        let mut v = [vec![0.0; 4], vec![0.0; 2]];
         for (t, (g, lr)) in [g1, g2].iter().zip(lr).enumerate() {
             let t = t as i32 + 1;
             let grads = vec![

@@ -18,7 +18,7 @@ use super::eval::Evaluator;
 use super::files::write_atomic;
 use super::metrics::MetricsLog;
 use super::progress;
-use super::record::{DivergedRecord, EvalRecord, NormCounters, Record, RunSummary, StepRecord};
+use super::record::{DivergedRecord, EvalRecord, Record, RunSummary, StepRecord};
 use super::schedule::Schedule;
 use super::step::Trainer;
 use super::totals::{add_counters, config_hash, RunTotals};
@@ -38,6 +38,7 @@ pub fn summary_path(out: &Path) -> PathBuf {
 
 /// How a segment of a run ended.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // returned once per run segment: boxing buys nothing
 pub enum Segment {
     /// The run finished (or diverged); `summary.json` is written.
     Finished(RunSummary),
@@ -171,7 +172,7 @@ pub fn run_segment(
         totals.skipped_steps += u64::from(stats.skipped);
         let tps = if dt > 0.0 { tokens_per_step as f64 / dt } else { 0.0 };
         if t.log_every <= 1 || step_no % t.log_every == 0 || step_no == t.steps {
-            let counters = std::mem::replace(&mut totals.pending, NormCounters::default());
+            let counters = std::mem::take(&mut totals.pending);
             log.append(&Record::Step(StepRecord {
                 step: step_no,
                 loss: stats.loss,

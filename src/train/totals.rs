@@ -21,7 +21,7 @@ pub fn add_counters(a: NormCounters, b: NormCounters) -> NormCounters {
         nonfinite_in: a.nonfinite_in + b.nonfinite_in,
         acc_overflow: a.acc_overflow + b.acc_overflow,
         nonfinite_out: a.nonfinite_out + b.nonfinite_out,
-        fp8: a.fp8.add(b.fp8),
+        fp8: a.fp8 + b.fp8,
     }
 }
 

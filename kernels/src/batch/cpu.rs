@@ -87,7 +87,7 @@ fn opt_ptr<T>(v: Option<&[T]>) -> *const c_void {
 pub fn layout_vec(layout: &Layout, ptrs: &[usize]) -> bool {
     let ok = match layout {
         Layout::Nc { c, .. } => c % 8 == 0,
-        Layout::Nchw { .. } => layout.spatial() % 8 == 0,
+        Layout::Nchw { .. } => layout.spatial().is_multiple_of(8),
     };
     ok && aligned16(ptrs)
 }
@@ -116,7 +116,7 @@ pub fn forward<T: Half16>(
     bias: Option<&[T]>,
     y: &mut [T],
     mode: Mode,
-    running: Option<&mut RunningStats>,
+    mut running: Option<&mut RunningStats>,
     saved: Option<&mut Saved>,
     opts: &EmuOptions,
     tuning: &BatchTuning,
@@ -143,12 +143,15 @@ pub fn forward<T: Half16>(
     let nrec = c * plan.geo.nchunks as usize;
     match mode {
         Mode::Train => {
-            let (run_mean, run_spread, a, conv) = match running.as_deref() {
-                Some(r) => (r.mean.as_ptr() as *mut f64, r.spread.as_ptr() as *mut f64, BatchPlan::batch_weight(r), BatchPlan::conv_code(r.convention)),
+            // The kernels write the running buffers: their pointers come from the exclusive
+            // borrow (a pointer derived from a shared one may not be written through).
+            let (run_mean, run_spread, a, conv) = match running.as_deref_mut() {
+                Some(r) => {
+                    let (a, conv) = (BatchPlan::batch_weight(r), BatchPlan::conv_code(r.convention));
+                    (r.mean.as_mut_ptr(), r.spread.as_mut_ptr(), a, conv)
+                }
                 None => (std::ptr::null_mut(), std::ptr::null_mut(), 0.0, 0),
             };
-            // The running buffers are written through raw pointers: keep the exclusive borrow.
-            let running = running;
             let mut rec = vec![[0f64; 4]; nrec];
             // SAFETY (every launch below): the buffers are sized from the plan's geometry, which
             // the kernels index within; lengths were checked above.

@@ -78,8 +78,7 @@ impl AngptConfig {
         if self.heads == 0 {
             return Err(NormError::Empty { what: "heads", value: 0 });
         }
-        #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87, the MSRV is 1.85
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             return Err(NormError::Shape(format!("d_model = {} is not divisible by heads = {}", self.d_model, self.heads)));
         }
         let r = self.mlp_ratio * self.d_model as f64;

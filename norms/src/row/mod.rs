@@ -76,8 +76,7 @@ pub(crate) fn check_opt_len<T>(what: &'static str, expected: usize, v: Option<&[
 /// Number of rows of `x` viewed as `[rows, n]`, after validating the spec and lengths.
 fn rows_of<T>(spec: &NormSpec, x: &[T], n: usize) -> Result<usize> {
     spec.validate(n)?;
-    #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87, the MSRV is 1.85
-    if x.len() % n != 0 {
+    if !x.len().is_multiple_of(n) {
         return Err(NormError::Shape(format!("input of {} elements is not a whole number of rows of n = {n}", x.len())));
     }
     Ok(x.len() / n)
