@@ -10,7 +10,9 @@
 //!                   "git_commit", "git_dirty", "unix_time" },
 //!   "config": { "shapes": [{"rows","n"}], "dtypes": ["f32"|"f16"|"bf16"], "kinds": [label], "topk_k",
 //!               "reps", "warmup", "quick", "accum": "f32", "eps", "copy_buffer_bytes", "copy_reps" },
-//!   "copy_bandwidth": { "buffer_bytes", "bytes_per_rep" (read + write), "timing", "gb_per_s" },
+//!   "copy_bandwidth": { "buffer_bytes", "bytes_per_rep" (read + write), "timing" (over every copy),
+//!                       "gb_per_s" (of the median), "rounds" (sampled before the first case and after
+//!                       every shape x dtype; fractions are of this median) },
 //!   "cases": [ { "shape", "dtype", "kind" (label, e.g. "topk8"), "spec" (NormSpec), "direction": "forward"|"backward",
 //!                "timing": { "median_s", "min_s", "max_s", "reps" }, "bytes" (compulsory), "gb_per_s",
 //!                "fraction_of_copy", "candle_rms_norm_ratio", "candle_layer_norm_ratio" (candle median /
@@ -162,10 +164,13 @@ pub fn render_text(r: &Report) -> String {
     let bw = &r.copy_bandwidth;
     let _ = writeln!(
         s,
-        "copy bandwidth: {:.2} GB/s (read + write of a {} MiB buffer, median of {})",
+        "copy bandwidth: {:.2} GB/s (read + write of a {} MiB buffer, median of {} copies in {} rounds through the run; {:.1} to {:.1} GB/s)",
         bw.gb_per_s,
         bw.buffer_bytes >> 20,
-        bw.timing.reps
+        bw.timing.reps,
+        bw.rounds,
+        bw.bytes_per_rep as f64 / bw.timing.max_s / 1e9,
+        bw.bytes_per_rep as f64 / bw.timing.min_s / 1e9,
     );
     let _ = writeln!(s, "times: median of {} runs after {} warm-up; GB/s of compulsory bytes; accum f32\n", r.config.reps, r.config.warmup);
     let _ = writeln!(

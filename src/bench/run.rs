@@ -5,7 +5,7 @@
 use candle_core::WithDType;
 use normlab_norms::{bf16, f16, Element, NormKind, NormSpec};
 
-use crate::bench::bandwidth::measure_copy;
+use crate::bench::bandwidth::CopySampler;
 use crate::bench::candle_ref::{CandleBaseline, CandleOp};
 use crate::bench::cases::{kind_spec, spec_label, BenchDType, Direction, Shape, BENCH_EPS, DEFAULT_TOPK_K, FULL_SHAPES, KIND_NAMES, QUICK_SHAPES};
 use crate::bench::error::BenchError;
@@ -114,19 +114,30 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, 
     cfg.validate()?;
     let provenance = Provenance::detect();
     progress("copy bandwidth");
-    let copy = measure_copy(cfg.copy_buffer_bytes, cfg.copy_reps);
+    // Sampled before the first case and after every shape and dtype: the fractions below are
+    // of the median over the whole run (see `bandwidth`).
+    let mut copy = CopySampler::new(cfg.copy_buffer_bytes);
+    copy.sample(cfg.copy_reps);
     let mut cases = Vec::new();
     let mut baselines = Vec::new();
     for &shape in &cfg.shapes {
         for &dtype in &cfg.dtypes {
             let out = match dtype {
-                BenchDType::F32 => run_one::<f32>(cfg, shape, dtype, copy.gb_per_s, progress)?,
-                BenchDType::F16 => run_one::<f16>(cfg, shape, dtype, copy.gb_per_s, progress)?,
-                BenchDType::BF16 => run_one::<bf16>(cfg, shape, dtype, copy.gb_per_s, progress)?,
+                BenchDType::F32 => run_one::<f32>(cfg, shape, dtype, progress)?,
+                BenchDType::F16 => run_one::<f16>(cfg, shape, dtype, progress)?,
+                BenchDType::BF16 => run_one::<bf16>(cfg, shape, dtype, progress)?,
             };
             baselines.extend(out.0);
             cases.extend(out.1);
+            copy.sample(cfg.copy_reps);
         }
+    }
+    let copy = copy.result();
+    for b in &mut baselines {
+        b.fraction_of_copy = b.gb_per_s / copy.gb_per_s;
+    }
+    for c in &mut cases {
+        c.fraction_of_copy = c.gb_per_s / copy.gb_per_s;
     }
     let summary = Summary::from_cases(&cases);
     Ok(Report { schema: SCHEMA.into(), provenance, config: cfg.echo(), copy_bandwidth: copy, cases, baselines, summary })
@@ -137,7 +148,6 @@ fn run_one<T: Element + WithDType>(
     cfg: &BenchConfig,
     shape: Shape,
     dtype: BenchDType,
-    copy_gb_per_s: f64,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<BaselineResult>, Vec<CaseResult>), BenchError> {
     let gbs = |bytes: usize, t: f64| bytes as f64 / t / 1e9;
@@ -150,7 +160,8 @@ fn run_one<T: Element + WithDType>(
             let timing = measure(cfg.warmup, cfg.reps, || candle.run(op).map(drop))?;
             let bytes = Direction::Forward.compulsory_bytes(shape, dtype);
             let g = gbs(bytes, timing.median_s);
-            baselines.push(BaselineResult { shape, dtype, op, timing, bytes, gb_per_s: g, fraction_of_copy: g / copy_gb_per_s });
+            // fraction_of_copy: set by `run` once the copy has been sampled over the whole run.
+            baselines.push(BaselineResult { shape, dtype, op, timing, bytes, gb_per_s: g, fraction_of_copy: f64::NAN });
         }
     }
     let baseline_median = |op: CandleOp| baselines.iter().find(|b| b.op == op).map(|b| b.timing.median_s);
@@ -181,7 +192,7 @@ fn run_one<T: Element + WithDType>(
                 timing,
                 bytes,
                 gb_per_s: g,
-                fraction_of_copy: g / copy_gb_per_s,
+                fraction_of_copy: f64::NAN, // set by `run`
                 candle_rms_norm_ratio: ratio(rms_t),
                 candle_layer_norm_ratio: ratio(layer_t),
                 counters,

@@ -21,7 +21,7 @@
 //! `fused::tests` compares both paths bit for bit.
 
 use super::kernel::{needs_rescue, Scratch};
-use super::simd::{load_partial, store_partial, F32x16, Storage, W};
+use super::simd::{load_partial, sfence, store_partial, F32x16, Storage, W};
 use super::stats::{self, Raw, RowCtx, RowStats};
 use crate::accum::Real;
 use crate::counters::Counters;
@@ -207,6 +207,10 @@ unsafe fn rows<V: F32x16, S: Storage>(
             }
             None => c += super::forward_rows::<S, f32>(ctx, xr, yr, std::slice::from_mut(st), w, b, scr),
         }
+    }
+    if ctx.stream_output {
+        // The task's streaming stores must be visible before the task is seen to end.
+        sfence();
     }
     c
 }
@@ -451,25 +455,34 @@ unsafe fn normalize_store<V: F32x16, S: Storage>(
     check: bool,
 ) -> u64 {
     let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, w: w.unwrap_or(&[]), b: b.unwrap_or(&[]) };
+    let stream = ctx.stream_output;
     if check {
-        store_row_variant::<V, S, true>(ctx.centred, w.is_some(), b.is_some(), x, y, &p)
+        store_row_variant::<V, S, true>(ctx.centred, w.is_some(), b.is_some(), x, y, &p, stream)
     } else {
-        store_row_variant::<V, S, false>(ctx.centred, w.is_some(), b.is_some(), x, y, &p)
+        store_row_variant::<V, S, false>(ctx.centred, w.is_some(), b.is_some(), x, y, &p, stream)
     }
 }
 
 /// [`store_row`] for the centring and affine terms given at run time.
 #[inline(always)]
-unsafe fn store_row_variant<V: F32x16, S: Storage, const CHECK: bool>(centred: bool, has_w: bool, has_b: bool, x: &[S], y: &mut [S], p: &Affine) -> u64 {
+unsafe fn store_row_variant<V: F32x16, S: Storage, const CHECK: bool>(
+    centred: bool,
+    has_w: bool,
+    has_b: bool,
+    x: &[S],
+    y: &mut [S],
+    p: &Affine,
+    stream: bool,
+) -> u64 {
     match (centred, has_w, has_b) {
-        (false, false, false) => store_row::<V, S, false, false, false, CHECK>(x, y, p),
-        (false, true, false) => store_row::<V, S, false, true, false, CHECK>(x, y, p),
-        (false, false, true) => store_row::<V, S, false, false, true, CHECK>(x, y, p),
-        (false, true, true) => store_row::<V, S, false, true, true, CHECK>(x, y, p),
-        (true, false, false) => store_row::<V, S, true, false, false, CHECK>(x, y, p),
-        (true, true, false) => store_row::<V, S, true, true, false, CHECK>(x, y, p),
-        (true, false, true) => store_row::<V, S, true, false, true, CHECK>(x, y, p),
-        (true, true, true) => store_row::<V, S, true, true, true, CHECK>(x, y, p),
+        (false, false, false) => store_row::<V, S, false, false, false, CHECK>(x, y, p, stream),
+        (false, true, false) => store_row::<V, S, false, true, false, CHECK>(x, y, p, stream),
+        (false, false, true) => store_row::<V, S, false, false, true, CHECK>(x, y, p, stream),
+        (false, true, true) => store_row::<V, S, false, true, true, CHECK>(x, y, p, stream),
+        (true, false, false) => store_row::<V, S, true, false, false, CHECK>(x, y, p, stream),
+        (true, true, false) => store_row::<V, S, true, true, false, CHECK>(x, y, p, stream),
+        (true, false, true) => store_row::<V, S, true, false, true, CHECK>(x, y, p, stream),
+        (true, true, true) => store_row::<V, S, true, true, true, CHECK>(x, y, p, stream),
     }
 }
 
@@ -482,36 +495,80 @@ struct Affine<'a> {
     b: &'a [f32],
 }
 
+impl Affine<'_> {
+    /// The same output for the values `range` of the row (an absent weight or bias stays empty).
+    fn part(&self, range: std::ops::Range<usize>) -> Affine<'_> {
+        Affine { hi: self.hi, lo: self.lo, s: self.s, w: self.w.get(range.clone()).unwrap_or(&[]), b: self.b.get(range).unwrap_or(&[]) }
+    }
+}
+
+/// Values before the first address of `y` aligned to a group's size (16 values): where the
+/// streaming stores of a row can start. Fewer than 16.
+fn stream_head<S>(y: *const S) -> usize {
+    let group = W * std::mem::size_of::<S>();
+    let mis = y as usize % group;
+    if mis == 0 {
+        0
+    } else {
+        (group - mis) / std::mem::size_of::<S>()
+    }
+}
+
 /// [`normalize_store`] for one choice of centring, weight and bias. `CHECK`: whether some
 /// output may be non-finite (else none is, and the groups are stored without looking).
+/// `stream`: store the 16-value groups with non-temporal stores; they then start at the first
+/// aligned address of `y`, the values before it stored as the tail is. The output is
+/// element-wise, so where the groups start changes no bit.
 #[inline(always)]
 unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const CHECK: bool>(
     x: &[S],
     y: &mut [S],
     p: &Affine,
+    stream: bool,
 ) -> u64 {
     let n = x.len();
-    let full = n - n % W;
+    let head = if stream { stream_head(y.as_ptr()).min(n) } else { 0 };
+    let full = head + (n - head) / W * W;
     let mut bad = 0;
+    if head > 0 {
+        bad += store_few::<V, S, CENTRED, HAS_W, HAS_B>(&x[..head], &mut y[..head], &p.part(0..head));
+    }
+    let (xg, yg, pg) = (&x[head..full], &mut y[head..full], p.part(head..full));
     // Non-finite outputs (NaN included) are rare: only when some value was large enough to be
     // one is the row stored again with the NaN-exact rounding (bf16), and counted exactly from
     // the stored bits.
-    if store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false>(x, y, p) {
+    let maybe_bad = if stream {
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true>(xg, yg, &pg)
+    } else {
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false>(xg, yg, &pg)
+    };
+    if maybe_bad {
         if S::NON_NAN_STORE_IS_PARTIAL {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true>(x, y, p);
+            if stream {
+                store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true>(xg, yg, &pg);
+            } else {
+                store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(xg, yg, &pg);
+            }
         }
-        bad += S::count_nonfinite(&y[..full]);
+        bad += S::count_nonfinite(yg);
     }
     if full < n {
-        let zero = V::splat(0.0);
-        let wv = if HAS_W { load_partial::<V, f32>(&p.w[full..n]) } else { zero };
-        let bv = if HAS_B { load_partial::<V, f32>(&p.b[full..n]) } else { zero };
-        let r = output::<V, CENTRED, HAS_W, HAS_B>(load_partial::<V, S>(&x[full..]), wv, bv, p);
-        store_partial::<V, S>(r, &mut y[full..]);
-        // The padding lanes were computed but not stored: count the tail from its bits.
-        bad += S::count_nonfinite(&y[full..]);
+        bad += store_few::<V, S, CENTRED, HAS_W, HAS_B>(&x[full..], &mut y[full..], &p.part(full..n));
     }
     bad
+}
+
+/// Fewer than 16 values of a row (its tail, or the head before the streaming stores), through
+/// a zero-padded register; returns the number of non-finite outputs, counted from the bits.
+#[inline(always)]
+unsafe fn store_few<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(x: &[S], y: &mut [S], p: &Affine) -> u64 {
+    let zero = V::splat(0.0);
+    let wv = if HAS_W { load_partial::<V, f32>(p.w) } else { zero };
+    let bv = if HAS_B { load_partial::<V, f32>(p.b) } else { zero };
+    let r = output::<V, CENTRED, HAS_W, HAS_B>(load_partial::<V, S>(x), wv, bv, p);
+    store_partial::<V, S>(r, y);
+    // The padding lanes were computed but not stored.
+    S::count_nonfinite(y)
 }
 
 /// The output of 16 values, the expression of `kernel::normalize_to` operation for operation.
@@ -530,9 +587,18 @@ unsafe fn output<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS_B:
 
 /// The whole 16-value groups of [`store_row`]; returns whether some `|y|` may be non-finite
 /// in the storage type (or is NaN), if `CHECK` (else false). `EXACT_NAN`: round NaN exactly
-/// too (without `CHECK` there is no NaN).
+/// too (without `CHECK` there is no NaN). `NT`: non-temporal stores (`y` aligned to a group).
 #[inline(always)]
-unsafe fn store_groups<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const CHECK: bool, const EXACT_NAN: bool>(
+unsafe fn store_groups<
+    V: F32x16,
+    S: Storage,
+    const CENTRED: bool,
+    const HAS_W: bool,
+    const HAS_B: bool,
+    const CHECK: bool,
+    const EXACT_NAN: bool,
+    const NT: bool,
+>(
     x: &[S],
     y: &mut [S],
     p: &Affine,
@@ -548,10 +614,11 @@ unsafe fn store_groups<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: 
         if CHECK {
             big = big.max_abs_bits(r);
         }
-        if EXACT_NAN {
-            S::store(r, yp.add(i));
-        } else {
-            S::store_non_nan(r, yp.add(i));
+        match (EXACT_NAN, NT) {
+            (true, false) => S::store(r, yp.add(i)),
+            (false, false) => S::store_non_nan(r, yp.add(i)),
+            (true, true) => S::store_nt(r, yp.add(i)),
+            (false, true) => S::store_non_nan_nt(r, yp.add(i)),
         }
     });
     CHECK && big.to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)

@@ -89,7 +89,38 @@ pub(crate) fn ctx<A: Real>(spec: &NormSpec, n: usize) -> Result<RowCtx<A>> {
         eps: spec.eps,
         c: A::from_f64(spec.scale_constant(n)?),
         inv_n: A::one() / A::from_usize(n),
+        stream_output: false,
     })
+}
+
+/// Whether a forward that reads and writes `bytes` in all (input plus output) should write
+/// around the caches: when they do not fit in the last-level cache together, the output's lines
+/// are evicted before anyone reads them, and a normal store first reads every destination line
+/// (1.5x the compulsory traffic of a norm). Measured on the 2-core development machine: f32
+/// 16384x4096 rms 8-10% faster, layer f16 13%; and why not below the cache: f16 4096x1024 rms
+/// (16 MiB in all) 0.27 ms with normal stores, 0.44-0.88 ms streamed. The size is the L3 of CPU 0
+/// from sysfs (32 MiB if unknown); `NORMLAB_STREAM_MIN_BYTES` overrides it (0: always stream).
+pub(crate) fn stream_output(bytes: usize) -> bool {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    bytes >= *MIN.get_or_init(|| {
+        if let Some(v) = std::env::var("NORMLAB_STREAM_MIN_BYTES").ok().and_then(|v| v.trim().parse().ok()) {
+            return v;
+        }
+        last_level_cache_bytes().unwrap_or(32 << 20)
+    })
+}
+
+/// The L3 size of CPU 0 (`/sys/devices/system/cpu/cpu0/cache/index3/size`, e.g. "32768K").
+fn last_level_cache_bytes() -> Option<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index3/size").ok()?;
+    let s = s.trim();
+    let (num, mult) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok().map(|v| v * mult).filter(|&v| v > 0)
 }
 
 pub(crate) fn widen<T: Element, A: Real>(v: Option<&[T]>) -> Option<Vec<A>> {
@@ -189,7 +220,8 @@ fn forward_impl<T: Element, A: Real>(
     if x.is_empty() {
         return Ok(Counters::default());
     }
-    let ctx = ctx::<A>(spec, n)?;
+    let mut ctx = ctx::<A>(spec, n)?;
+    ctx.stream_output = stream_output(std::mem::size_of_val(x) + std::mem::size_of_val(y));
     let w = widen::<T, A>(weight);
     let b = widen::<T, A>(bias);
     let rows_per_task = (TASK_ELEMS / n).max(1);

@@ -47,6 +47,10 @@ pub struct RowCtx<A: Real> {
     /// Scale constant `C` (1 for the L2 kinds).
     pub c: A,
     pub inv_n: A,
+    /// Write the forward's output with non-temporal stores (the explicit-SIMD kernels of
+    /// `row::fused` only): set when the output is larger than the last-level cache, where the
+    /// stores would otherwise read every destination line first (`row::stream_output`).
+    pub stream_output: bool,
 }
 
 /// The row's statistics in the accumulator, before widening.

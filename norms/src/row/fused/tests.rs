@@ -11,7 +11,7 @@ use super::{rows_at, Level};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
-use crate::row::stats::RowStats;
+use crate::row::stats::{RowCtx, RowStats};
 use crate::spec::{ConstMode, NormKind, NormSpec};
 
 /// The levels to test: those this CPU runs (the generic kernel is the reference).
@@ -130,12 +130,16 @@ fn compare_spec<S: Storage>(spec: &NormSpec, x: &[S], n: usize, w: &[f32], b: &[
         let mut y0 = vec![S::default(); x.len()];
         let mut s0 = vec![RowStats::default(); rows];
         let c0 = crate::row::forward_rows::<S, f32>(&ctx, x, &mut y0, &mut s0, wo, bo, &mut scr);
-        for level in levels() {
+        // Streaming stores (row::stream_output) start at the output's first aligned address:
+        // with the buffer as allocated and shifted by 5 values, so heads of every length occur.
+        for (level, stream, shift) in levels().into_iter().flat_map(|l| [(l, false, 0), (l, true, 0), (l, true, 5)]) {
             let mut scr = Scratch::<f32>::new(n);
-            let mut y1 = vec![S::default(); x.len()];
+            let mut buf = vec![S::default(); x.len() + shift];
+            let y1 = &mut buf[shift..];
             let mut s1 = vec![RowStats::default(); rows];
-            let c1 = rows_at::<S>(level, &ctx, x, &mut y1, &mut s1, wo, bo, &mut scr);
-            let ctx_s = || format!("{what} {} n={n} {spec:?} w={} b={} {level:?}", S::DTYPE, wo.is_some(), bo.is_some());
+            let ctx = RowCtx { stream_output: stream, ..ctx };
+            let c1 = rows_at::<S>(level, &ctx, x, y1, &mut s1, wo, bo, &mut scr);
+            let ctx_s = || format!("{what} {} n={n} {spec:?} w={} b={} {level:?} stream={stream} shift={shift}", S::DTYPE, wo.is_some(), bo.is_some());
             assert_eq!(c0, c1, "{}: counters", ctx_s());
             for r in 0..rows {
                 assert_eq!(stats_bits(&s0[r]), stats_bits(&s1[r]), "{}: stats of row {r}", ctx_s());

@@ -57,11 +57,16 @@ unsafe fn bf16_bits(v: __m256) -> __m256i {
 }
 
 /// Store 16 bf16 values from their bits in the low halves of two registers' 32-bit lanes.
+/// `NT`: as a non-temporal store (`p` 32-byte aligned).
 #[inline(always)]
-unsafe fn store_bf16_bits(p: *mut u16, lo: __m256i, hi: __m256i) {
+unsafe fn store_bf16_bits<const NT: bool>(p: *mut u16, lo: __m256i, hi: __m256i) {
     // packus interleaves the two registers by 128-bit halves; the permute restores the order.
-    let packed = _mm256_packus_epi32(lo, hi);
-    _mm256_storeu_si256(p as *mut __m256i, _mm256_permute4x64_epi64::<0b11_01_10_00>(packed));
+    let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+    if NT {
+        _mm256_stream_si256(p as *mut __m256i, v)
+    } else {
+        _mm256_storeu_si256(p as *mut __m256i, v)
+    }
 }
 
 impl F32x16 for Avx2 {
@@ -101,11 +106,29 @@ impl F32x16 for Avx2 {
     }
     #[inline(always)]
     unsafe fn store_bf16(self, p: *mut u16) {
-        store_bf16_bits(p, bf16_bits(self.0), bf16_bits(self.1))
+        store_bf16_bits::<false>(p, bf16_bits(self.0), bf16_bits(self.1))
     }
     #[inline(always)]
     unsafe fn store_bf16_non_nan(self, p: *mut u16) {
-        store_bf16_bits(p, bf16_bits_non_nan(self.0), bf16_bits_non_nan(self.1))
+        store_bf16_bits::<false>(p, bf16_bits_non_nan(self.0), bf16_bits_non_nan(self.1))
+    }
+    #[inline(always)]
+    unsafe fn store_f32_nt(self, p: *mut f32) {
+        _mm256_stream_ps(p, self.0);
+        _mm256_stream_ps(p.add(8), self.1);
+    }
+    #[inline(always)]
+    unsafe fn store_f16_nt(self, p: *mut u16) {
+        _mm_stream_si128(p as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(self.0));
+        _mm_stream_si128(p.add(8) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(self.1));
+    }
+    #[inline(always)]
+    unsafe fn store_bf16_nt(self, p: *mut u16) {
+        store_bf16_bits::<true>(p, bf16_bits(self.0), bf16_bits(self.1))
+    }
+    #[inline(always)]
+    unsafe fn store_bf16_non_nan_nt(self, p: *mut u16) {
+        store_bf16_bits::<true>(p, bf16_bits_non_nan(self.0), bf16_bits_non_nan(self.1))
     }
     #[inline(always)]
     fn abs(self) -> Self {

@@ -48,6 +48,15 @@ unsafe fn bf16_bits_non_nan(v: __m512) -> __m512i {
     _mm512_srli_epi32::<16>(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))))
 }
 
+/// [`bf16_bits_non_nan`], and `(b >> 16) | 0x40` (a quiet NaN, as in `convert::f32_to_bf16`)
+/// for NaN lanes.
+#[inline(always)]
+unsafe fn bf16_bits(v: __m512) -> __m512i {
+    let nan = _mm512_or_si512(_mm512_srli_epi32::<16>(_mm512_castps_si512(v)), _mm512_set1_epi32(0x40));
+    let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+    _mm512_mask_blend_epi32(is_nan, bf16_bits_non_nan(v), nan)
+}
+
 impl F32x16 for Avx512 {
     #[inline(always)]
     unsafe fn splat(v: f32) -> Self {
@@ -76,15 +85,27 @@ impl F32x16 for Avx512 {
     }
     #[inline(always)]
     unsafe fn store_bf16(self, p: *mut u16) {
-        // NaN lanes get `(b >> 16) | 0x40`, a quiet NaN, as in `convert::f32_to_bf16`.
-        let nan = _mm512_or_si512(_mm512_srli_epi32::<16>(_mm512_castps_si512(self.0)), _mm512_set1_epi32(0x40));
-        let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(self.0, self.0);
-        let bits = _mm512_mask_blend_epi32(is_nan, bf16_bits_non_nan(self.0), nan);
-        _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bits))
+        _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits(self.0)))
     }
     #[inline(always)]
     unsafe fn store_bf16_non_nan(self, p: *mut u16) {
         _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits_non_nan(self.0)))
+    }
+    #[inline(always)]
+    unsafe fn store_f32_nt(self, p: *mut f32) {
+        _mm512_stream_ps(p, self.0)
+    }
+    #[inline(always)]
+    unsafe fn store_f16_nt(self, p: *mut u16) {
+        _mm256_stream_si256(p as *mut __m256i, _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(self.0))
+    }
+    #[inline(always)]
+    unsafe fn store_bf16_nt(self, p: *mut u16) {
+        _mm256_stream_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits(self.0)))
+    }
+    #[inline(always)]
+    unsafe fn store_bf16_non_nan_nt(self, p: *mut u16) {
+        _mm256_stream_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits_non_nan(self.0)))
     }
     #[inline(always)]
     fn abs(self) -> Self {

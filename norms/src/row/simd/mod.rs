@@ -59,6 +59,22 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     /// # Safety
     /// As [`F32x16::store_f32`].
     unsafe fn store_bf16_non_nan(self, p: *mut u16);
+    /// The four stores above as non-temporal (streaming) stores: the same bits, written
+    /// around the caches, for outputs too large to stay in them (no read-for-ownership of the
+    /// destination line). Weakly ordered: the caller ends its task with [`sfence`].
+    /// # Safety
+    /// As [`F32x16::store_f32`], and `p` is aligned to the 16 values' size (64 bytes for f32,
+    /// 32 for f16/bf16).
+    unsafe fn store_f32_nt(self, p: *mut f32);
+    /// # Safety
+    /// As [`F32x16::store_f32_nt`].
+    unsafe fn store_f16_nt(self, p: *mut u16);
+    /// # Safety
+    /// As [`F32x16::store_f32_nt`].
+    unsafe fn store_bf16_nt(self, p: *mut u16);
+    /// # Safety
+    /// As [`F32x16::store_f32_nt`].
+    unsafe fn store_bf16_non_nan_nt(self, p: *mut u16);
     /// `|v|` (clears the sign bit).
     fn abs(self) -> Self;
     /// `if a > m { a } else { m }` lane-wise: the step of `lanes::max_map` (a NaN in `a` is
@@ -99,6 +115,28 @@ pub(crate) trait Storage: Element {
     unsafe fn store_non_nan<V: F32x16>(v: V, p: *mut Self) {
         Self::store(v, p)
     }
+    /// [`Storage::store`] as a non-temporal store ([`F32x16::store_f32_nt`]).
+    /// # Safety
+    /// As [`F32x16::store_f32_nt`].
+    unsafe fn store_nt<V: F32x16>(v: V, p: *mut Self);
+    /// [`Storage::store_non_nan`] as a non-temporal store.
+    /// # Safety
+    /// As [`F32x16::store_f32_nt`].
+    #[inline(always)]
+    unsafe fn store_non_nan_nt<V: F32x16>(v: V, p: *mut Self) {
+        Self::store_nt(v, p)
+    }
+}
+
+/// Order this thread's non-temporal stores before its later stores (the end of a parallel
+/// task, which another thread then reads), as the streaming stores require.
+#[inline(always)]
+pub(crate) fn sfence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence is part of SSE, which every x86_64 CPU has.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    }
 }
 
 impl Storage for f32 {
@@ -110,6 +148,10 @@ impl Storage for f32 {
     #[inline(always)]
     unsafe fn store<V: F32x16>(v: V, p: *mut Self) {
         v.store_f32(p)
+    }
+    #[inline(always)]
+    unsafe fn store_nt<V: F32x16>(v: V, p: *mut Self) {
+        v.store_f32_nt(p)
     }
 }
 
@@ -123,6 +165,10 @@ impl Storage for f16 {
     #[inline(always)]
     unsafe fn store<V: F32x16>(v: V, p: *mut Self) {
         v.store_f16(p as *mut u16)
+    }
+    #[inline(always)]
+    unsafe fn store_nt<V: F32x16>(v: V, p: *mut Self) {
+        v.store_f16_nt(p as *mut u16)
     }
 }
 
@@ -141,6 +187,14 @@ impl Storage for bf16 {
     #[inline(always)]
     unsafe fn store_non_nan<V: F32x16>(v: V, p: *mut Self) {
         v.store_bf16_non_nan(p as *mut u16)
+    }
+    #[inline(always)]
+    unsafe fn store_nt<V: F32x16>(v: V, p: *mut Self) {
+        v.store_bf16_nt(p as *mut u16)
+    }
+    #[inline(always)]
+    unsafe fn store_non_nan_nt<V: F32x16>(v: V, p: *mut Self) {
+        v.store_bf16_non_nan_nt(p as *mut u16)
     }
 }
 
