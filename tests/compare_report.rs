@@ -314,3 +314,66 @@ fn l1_same_accuracy_claim_is_one_sided() {
     assert!(c["measured"].as_str().unwrap().contains("L1 worse"), "{c}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// 4.1 "without C_L1, more than twice the steps": the target is the worst final loss of the
+/// l1/l1_no_cl1 pair, which both reach, so the claim is judged even when L1 never reaches
+/// GPT+'s final loss (as in the standard preset, where it ends a little above it).
+#[test]
+fn l1_constant_claim_uses_a_target_both_variants_reach() {
+    let dir = temp_dir("l1-constant");
+    let text = preset_text("1, 2").replace(
+        r#"variants = [{ norm = { kind = "l2" } }, { norm = { kind = "l1" } }]"#,
+        r#"variants = [{ norm = { kind = "l2" } }, { norm = { kind = "l1" } }, { norm = { kind = "l1" }, label = "l1_no_cl1", model = { norm_constant = "one" } }]"#,
+    );
+    let preset = Preset::parse(&text, "synthetic").unwrap();
+    prepare_dir(&dir, &preset).unwrap();
+    // L1 ends 0.2 above GPT+ (never reaches GPT+'s final loss), with and without the constant;
+    // `tau_no` is the decay time of the runs without it, `diverge_no` makes them diverge.
+    let write = |tau_no: f64, diverge_no: bool| {
+        for cell in &preset.cells {
+            let mut s = default_synth(cell);
+            if cell.variant.starts_with("l1") && cell.precision.name() == "f32" {
+                s.floor = 2.2;
+                s.tau = 10.0;
+            }
+            if cell.variant == "l1_no_cl1" && cell.precision.name() == "f32" {
+                s.tau = tau_no;
+                s.diverge_at = diverge_no.then_some(60);
+            }
+            write_run(&dir, cell, &s);
+        }
+        write_report(&preset, &dir, "test").unwrap();
+        let json: Value = serde_json::from_str(&read(&dir, "summary.json")).unwrap();
+        claim(&json, "norm_matters_4_1_constant").clone()
+    };
+    // The target is the worst final loss of the eight runs; steps computed independently here.
+    let expect = |tau_no: f64| {
+        let cell = |name: &str| preset.cells.iter().find(|c| c.name == name).unwrap();
+        let synth = |variant: &str, seed: u64| {
+            let tau = if variant == "l1" { 10.0 } else { tau_no };
+            Synth { floor: 2.2, tau, diverge_at: None, ..default_synth(cell(&format!("gpt_plus-{variant}-f32-s{seed}"))) }
+        };
+        let runs: Vec<(&str, Synth)> = ["l1", "l1_no_cl1"].iter().flat_map(|v| [1, 2].map(|s| (*v, synth(v, s)))).collect();
+        let target = runs.iter().map(|(_, s)| final_loss(s)).fold(f64::MIN, f64::max);
+        let steps = |v: &str| runs.iter().filter(|(w, _)| *w == v).map(|(_, s)| crossing(s, target)).sum::<f64>() / 2.0;
+        (target, steps("l1_no_cl1") / steps("l1"))
+    };
+    // Three times slower without the constant: supported, with the numbers computed here.
+    let c = write(30.0, false);
+    assert_eq!(c["verdict"], "supported", "{c}");
+    let (target, ratio) = expect(30.0);
+    assert!(ratio >= 2.0, "{ratio}");
+    let m = c["measured"].as_str().unwrap();
+    assert!(m.contains(&format!("gpt_plus: steps to {target:.4}")) && m.contains(&format!("(ratio {ratio:.2})")), "{m}");
+    // Faster without the constant: not supported (the old rule called this "not measured").
+    let c = write(5.0, false);
+    assert_eq!(c["verdict"], "not_supported", "{c}");
+    let (_, ratio) = expect(5.0);
+    assert!(ratio < 1.0, "{ratio}");
+    assert!(c["measured"].as_str().unwrap().contains(&format!("(ratio {ratio:.2})")), "{c}");
+    // Diverging without the constant: never reaches the target, supports the claim.
+    let c = write(10.0, true);
+    assert_eq!(c["verdict"], "supported", "{c}");
+    assert!(c["measured"].as_str().unwrap().contains("ratio inf") && c["measured"].as_str().unwrap().contains("diverged"), "{c}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

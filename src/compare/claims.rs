@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::analysis::{find, CellRun, GroupStats, BASELINE_VARIANT};
+use super::analysis::{eval_series, find, steps_to_reach, CellRun, GroupStats, BASELINE_VARIANT};
 use super::error::Result;
 use crate::model::Arch;
 use crate::train::Precision;
@@ -30,6 +30,8 @@ pub const NU_ACF_PAPER: f64 = 3.74;
 pub const NU_ACF_REL_TOL: f64 = 0.01;
 /// The variant label of an L1 norm without the C_L1 constant (for the 4.1 ablation).
 pub const L1_NO_CONSTANT_VARIANT: &str = "l1_no_cl1";
+/// "Norm matters" 4.1: without C_L1, "more than twice" the steps to the same target.
+pub const CONSTANT_STEPS_RATIO: f64 = 2.0;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -181,7 +183,7 @@ fn half_precision_claim(runs: &[CellRun], stats: &[GroupStats]) -> Claim {
     }
 }
 
-fn c_l1_claims(stats: &[GroupStats], prec: &str) -> Vec<Claim> {
+fn c_l1_claims(runs: &[CellRun], stats: &[GroupStats], prec: &str) -> Vec<Claim> {
     let mut parts = Vec::new();
     let mut verdicts = Vec::new();
     let mut ablation = Vec::new();
@@ -197,24 +199,17 @@ fn c_l1_claims(stats: &[GroupStats], prec: &str) -> Vec<Claim> {
         let note = if rel < -SAME_LOSS_REL { ", L1 lower" } else if rel > SAME_LOSS_REL { ", L1 worse" } else { "" };
         parts.push(format!("{}: final val loss L1 {:.4} vs L2 {:.4} ({:+.2}%{note})", arch.name(), f1.mean, f2.mean, rel * 100.0));
         verdicts.push(rel <= SAME_LOSS_REL);
-        if let Some(nc) = find(stats, arch.name(), L1_NO_CONSTANT_VARIANT, prec) {
-            let s1 = l1.steps_to_target.map(|s| s.mean);
-            let s0 = nc.steps_to_target.map(|s| s.mean);
-            let ratio = match (s0, s1) {
-                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-                (None, Some(_)) => Some(f64::INFINITY),
-                _ => None,
-            };
-            ablation.push(format!("{}: steps to GPT+'s loss without C_L1 {} vs with {} (ratio {})", arch.name(), fmt_opt(s0, 0), fmt_opt(s1, 0), fmt_opt(ratio, 2)));
-            ablation_verdicts.push(ratio.map(|r| r >= 2.0));
+    }
+    for arch in Arch::ALL {
+        if find(stats, arch.name(), L1_NO_CONSTANT_VARIANT, prec).is_some() && find(stats, arch.name(), "l1", prec).is_some() {
+            let (text, verdict) = constant_ablation(runs, arch, prec);
+            ablation.push(format!("{}: {text}", arch.name()));
+            ablation_verdicts.extend(verdict);
         }
     }
     let agg = |v: &[bool]| if v.is_empty() { Verdict::NotMeasured } else if v.iter().all(|&b| b) { Verdict::Supported } else { Verdict::NotSupported };
-    let abl_verdict = if ablation_verdicts.is_empty() || ablation_verdicts.iter().any(|v| v.is_none()) {
-        Verdict::NotMeasured
-    } else {
-        agg(&ablation_verdicts.iter().map(|v| v.unwrap_or(false)).collect::<Vec<_>>())
-    };
+    // Archs whose pair never learned say so in the text and are left out of the verdict.
+    let abl_verdict = agg(&ablation_verdicts);
     vec![
         Claim {
             id: "norm_matters_4_1_same_accuracy".into(),
@@ -231,7 +226,7 @@ fn c_l1_claims(stats: &[GroupStats], prec: &str) -> Vec<Claim> {
             claim: "without C_L1, L1 normalisation needs more than twice the steps to reach the same target".into(),
             paper: "C_L1 reaches 20% validation error more than twice as fast".into(),
             measured: if ablation.is_empty() { format!("no variant labelled '{L1_NO_CONSTANT_VARIANT}' (L1 without C_L1) in {prec}") } else { ablation.join("; ") },
-            rule: format!("in {prec}: supported when the '{L1_NO_CONSTANT_VARIANT}' variant needs >= 2x the steps of 'l1' to reach GPT+'s final loss (or never does) in every arch"),
+            rule: format!("in {prec}, per arch: the target is the worst final validation loss among the runs of 'l1' and '{L1_NO_CONSTANT_VARIANT}' (so every finished run reaches it); supported when '{L1_NO_CONSTANT_VARIANT}' needs on average >= {CONSTANT_STEPS_RATIO}x the steps of 'l1' to reach it (a diverged run never does) in every arch where the pair learned"),
             verdict: abl_verdict,
         },
     ]
@@ -300,11 +295,57 @@ fn nu_claim(nu: &NuAcf) -> Claim {
     }
 }
 
+/// The C_L1 ablation in one arch: steps of `l1` and `l1_no_cl1` to the worst final loss of
+/// their finished runs. GPT+'s final loss is no use as the target here: L1 with the constant
+/// often ends a little above it, and "neither reaches it" would hide the comparison the claim
+/// is about. The worst final loss of the pair is reached by every finished run, so the step
+/// counts always exist; `None` when there is nothing to compare (no finished `l1` run, or the
+/// pair never learned: target at or above the uniform loss).
+fn constant_ablation(runs: &[CellRun], arch: Arch, prec: &str) -> (String, Option<bool>) {
+    let pick = |variant: &str| -> Vec<&CellRun> { runs.iter().filter(|r| r.cell.arch == arch && r.cell.variant == variant && r.cell.precision.name() == prec).collect() };
+    let (with, without) = (pick("l1"), pick(L1_NO_CONSTANT_VARIANT));
+    let finals: Vec<f64> = with.iter().chain(&without).filter_map(|r| r.usable_final_loss()).collect();
+    if with.is_empty() || with.iter().any(|r| r.usable_final_loss().is_none()) {
+        return (format!("an 'l1' run diverged or has no finite final loss ({} runs)", with.len()), Some(false));
+    }
+    let target = finals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let vocab = with[0].cell.config.model.vocab;
+    let uniform = (vocab as f64).ln();
+    if target >= uniform {
+        return (format!("target {target:.4} >= ln({vocab}) = {uniform:.4}: the runs did not learn"), None);
+    }
+    let steps = |rs: &[&CellRun]| -> Option<f64> {
+        let s: Option<Vec<f64>> = rs.iter().map(|r| if r.usable_final_loss().is_some() { steps_to_reach(&eval_series(r), target) } else { None }).collect();
+        s.map(|v| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let (s1, s0) = (steps(&with), steps(&without));
+    let ratio = match (s0, s1) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        (None, Some(_)) => Some(f64::INFINITY),
+        _ => None,
+    };
+    let never = if s0.is_none() { " (a run without C_L1 diverged)" } else { "" };
+    let text = format!(
+        "steps to {target:.4} (the worst final loss of the pair) without C_L1 {} vs with {} (ratio {}){never}; final loss without {:.4} vs with {:.4}",
+        fmt_opt(s0, 0),
+        fmt_opt(s1, 0),
+        fmt_opt(ratio, 2),
+        mean(without.iter().filter_map(|r| r.usable_final_loss())),
+        mean(with.iter().filter_map(|r| r.usable_final_loss())),
+    );
+    (text, ratio.map(|r| r >= CONSTANT_STEPS_RATIO))
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 { f64::NAN } else { s / n as f64 }
+}
+
 /// Every claim row, in a fixed order.
 pub fn evaluate(runs: &[CellRun], stats: &[GroupStats], reference: Precision, nu: &NuAcf) -> Vec<Claim> {
     let prec = reference.name();
     let mut out = vec![half_precision_claim(runs, stats)];
-    out.extend(c_l1_claims(stats, prec));
+    out.extend(c_l1_claims(runs, stats, prec));
     let ngpt = ClaimHead {
         id: "ngpt_speedup",
         source: "nGPT (Loshchilov et al.); anGPT Fig. 3",
