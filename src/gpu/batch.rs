@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DeviceRepr};
 use normlab_kernels::batch::cpu::layout_vec;
 use normlab_kernels::batch::params::{
     ApplyParams, Aux, BFinParams, CutParams, DxParams, Fin1Params, Fin2Params, FrozenParams, Geo, RedParams, Stats1Params, Stats2Params,
@@ -24,9 +24,8 @@ use normlab_kernels::{sources, KernelStats};
 use normlab_norms::batch::{Convention, Layout, Mode};
 
 use crate::gpu::args::{opt, ptr as p, ptr_mut as pm, DevPtr, ParamArg};
-use crate::gpu::device::DeviceInfo;
 use crate::gpu::error::{GpuError, PlanError, Result};
-use crate::gpu::module::{FamilyModule, ImageInfo, PerContext, Source};
+use crate::gpu::module::{family_kernels, Source};
 use crate::gpu::rows::launch;
 
 /// The batch-norm source as the runtime compiles it.
@@ -103,41 +102,16 @@ fn geo(plan: &BatchPlan, vec: bool) -> Geo {
     Geo { vec: vec as i32, ..plan.geo }
 }
 
-/// The batch-norm kernels loaded in one context.
-pub struct BatchKernels {
-    m: FamilyModule,
-}
-
-impl std::fmt::Debug for BatchKernels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.m.fmt_as("BatchKernels", f)
-    }
-}
+// No reserve: the batch kernels take no dynamic shared memory, so the plan sees the device's
+// whole opt-in limit.
+family_kernels!(
+    /// The batch-norm kernels loaded in one context.
+    BatchKernels,
+    BATCHNORM,
+    reserve: 0
+);
 
 impl BatchKernels {
-    /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        // No reserve: the batch kernels take no dynamic shared memory, so the plan sees the
-        // device's whole opt-in limit.
-        Ok(BatchKernels { m: FamilyModule::load(ctx, &BATCHNORM, 0)? })
-    }
-
-    /// The kernels of `ctx`, loaded once per context for the process.
-    pub fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Self>> {
-        static ALL: PerContext<BatchKernels> = PerContext::new();
-        ALL.get_or_load(ctx, Self::load)
-    }
-
-    pub fn info(&self) -> &DeviceInfo {
-        self.m.info()
-    }
-    pub fn image(&self) -> &ImageInfo {
-        self.m.image()
-    }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        self.m.context()
-    }
-
     /// Plan with the stats kernel's resident blocks per SM as the persistent grid's depth.
     pub fn plan(&self, norm: &BatchNorm, storage: Storage, layout: Layout, tuning: &BatchTuning) -> Result<BatchPlan> {
         let first = plan_batch(norm, storage, layout, tuning, &self.m.device(1))?;

@@ -89,7 +89,8 @@ const SMEM_DEFAULT_LIMIT: usize = 48 * 1024;
 
 /// One kernel family's source loaded in one context: the part that the launch wrappers
 /// ([`crate::gpu::rows::RowKernels`], [`crate::gpu::updates::UpdateKernels`],
-/// [`crate::gpu::batch::BatchKernels`]) have in common, so that each of them keeps only its
+/// [`crate::gpu::batch::BatchKernels`], [`crate::gpu::project::ProjectKernels`], all declared
+/// by `family_kernels!`) have in common, so that each of them keeps only its
 /// plans, parameter structs and launch sequences.
 pub struct FamilyModule {
     ctx: Arc<CudaContext>,
@@ -179,6 +180,50 @@ impl FamilyModule {
         Ok((plan(&self.device(occ)).map_err(Into::into)?, f))
     }
 }
+
+/// Declares a kernel family's launch wrapper: the struct around its [`FamilyModule`], its
+/// `Debug`, `load` (compile or fetch from the caches, with the family's static shared-memory
+/// reserve), `for_context` (loaded once per CUDA context for the process, e.g. candle's) and
+/// the `info`/`image`/`context` accessors. Each family's module keeps only its plans,
+/// parameter structs and launch sequences.
+macro_rules! family_kernels {
+    ($(#[$doc:meta])* $name:ident, $source:expr, reserve: $reserve:expr) => {
+        $(#[$doc])*
+        pub struct $name {
+            m: $crate::gpu::module::FamilyModule,
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.m.fmt_as(stringify!($name), f)
+            }
+        }
+
+        impl $name {
+            /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
+            pub fn load(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> $crate::gpu::error::Result<Self> {
+                Ok($name { m: $crate::gpu::module::FamilyModule::load(ctx, &$source, $reserve)? })
+            }
+
+            /// The kernels of `ctx`, loaded once per context for the process (candle's contexts).
+            pub fn for_context(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> $crate::gpu::error::Result<std::sync::Arc<Self>> {
+                static ALL: $crate::gpu::module::PerContext<$name> = $crate::gpu::module::PerContext::new();
+                ALL.get_or_load(ctx, Self::load)
+            }
+
+            pub fn info(&self) -> &$crate::gpu::device::DeviceInfo {
+                self.m.info()
+            }
+            pub fn image(&self) -> &$crate::gpu::module::ImageInfo {
+                self.m.image()
+            }
+            pub fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
+                self.m.context()
+            }
+        }
+    };
+}
+pub(crate) use family_kernels;
 
 /// One value per CUDA context for the process (a family's kernels in candle's contexts, say),
 /// loaded at the first request; a `static` of each wrapper.

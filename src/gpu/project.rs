@@ -1,7 +1,7 @@
 //! Launch wrapper of the fused weight projection (normlab-kernels' `project.cu`: nGPT's unit
 //! lines, anGPT's ball per line or Frobenius ball) on a CUDA stream, built as the other
 //! families' wrappers ([`crate::gpu::rows`], [`crate::gpu::updates`], [`crate::gpu::batch`]) on
-//! the shared [`FamilyModule`] and [`PerContext`].
+//! the shared [`crate::gpu::module::FamilyModule`] and [`crate::gpu::module::PerContext`].
 //!
 //! One call covers a list of device matrices of one storage type (f32, f16 or bf16), each given
 //! by its device address, `(rows, cols)` (row-major, `(out, in)`) and a [`Projection`]:
@@ -27,15 +27,14 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 use normlab_kernels::project::{plan_project, reports, ProjDesc, ProjParams, ProjStorage, ProjectPlan, Projection};
 use normlab_kernels::sources;
 use normlab_norms::weight::{MatShape, ProjectReport};
 
 use crate::gpu::args::{DevPtr, ParamArg};
-use crate::gpu::device::DeviceInfo;
 use crate::gpu::error::{GpuError, PlanError, Result};
-use crate::gpu::module::{FamilyModule, ImageInfo, PerContext, Source};
+use crate::gpu::module::{family_kernels, Source};
 use crate::gpu::rows::launch;
 
 /// The projection source as the runtime compiles it.
@@ -147,41 +146,16 @@ pub struct ProjectOutcome {
     pub reports: Vec<ProjectReport>,
 }
 
-/// The projection kernels loaded in one context.
-pub struct ProjectKernels {
-    m: FamilyModule,
-}
-
-impl std::fmt::Debug for ProjectKernels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.m.fmt_as("ProjectKernels", f)
-    }
-}
+// No reserve: the kernels take no dynamic shared memory (2176 B static) and their plan needs no
+// device view (one block per tile, not a persistent grid).
+family_kernels!(
+    /// The projection kernels loaded in one context.
+    ProjectKernels,
+    PROJECT,
+    reserve: 0
+);
 
 impl ProjectKernels {
-    /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        // No reserve: the kernels take no dynamic shared memory (2176 B static) and their plan
-        // needs no device view (one block per tile, not a persistent grid).
-        Ok(ProjectKernels { m: FamilyModule::load(ctx, &PROJECT, 0)? })
-    }
-
-    /// The kernels of `ctx`, loaded once per context for the process (candle's contexts).
-    pub fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Self>> {
-        static ALL: PerContext<ProjectKernels> = PerContext::new();
-        ALL.get_or_load(ctx, Self::load)
-    }
-
-    pub fn info(&self) -> &DeviceInfo {
-        self.m.info()
-    }
-    pub fn image(&self) -> &ImageInfo {
-        self.m.image()
-    }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        self.m.context()
-    }
-
     /// Plan over `mats` ([`plan_matrices`]) and upload the descriptor table on `stream`.
     pub fn prepare(&self, stream: &Arc<CudaStream>, storage: ProjStorage, mats: &[DevMatrix]) -> Result<ProjectLaunch> {
         let plan = plan_matrices(storage, mats)?;

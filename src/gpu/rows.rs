@@ -16,16 +16,15 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg};
 use normlab_kernels::list::{Direction, FwdVariant, Storage};
 use normlab_kernels::plan::{plan, plan_variant, Device, LaunchPlan, FINALIZE_THREADS};
 use normlab_kernels::sources;
 use normlab_norms::NormSpec;
 
 use crate::gpu::args::{bwd_params, finalize_params, fwd_params, fwd_var_params, BwdBuffers, DevPtr, FwdBuffers, ParamArg};
-use crate::gpu::device::DeviceInfo;
 use crate::gpu::error::{GpuError, Result};
-use crate::gpu::module::{FamilyModule, ImageInfo, PerContext, Source};
+use crate::gpu::module::{family_kernels, Source};
 
 /// Shared memory left for the kernels' static arrays (block reductions, about 0.8 KiB) when
 /// planning dynamic shared memory against the device's opt-in limit.
@@ -54,39 +53,14 @@ pub struct BwdArgs {
     pub dbias: Option<DevPtr>,
 }
 
-/// The row kernels loaded in one context.
-pub struct RowKernels {
-    m: FamilyModule,
-}
-
-impl std::fmt::Debug for RowKernels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.m.fmt_as("RowKernels", f)
-    }
-}
+family_kernels!(
+    /// The row kernels loaded in one context.
+    RowKernels,
+    ROWNORM,
+    reserve: STATIC_SMEM_RESERVE
+);
 
 impl RowKernels {
-    /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        Ok(RowKernels { m: FamilyModule::load(ctx, &ROWNORM, STATIC_SMEM_RESERVE)? })
-    }
-
-    /// The kernels of `ctx`, loaded once per context for the process (candle's contexts).
-    pub fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Self>> {
-        static ALL: PerContext<RowKernels> = PerContext::new();
-        ALL.get_or_load(ctx, Self::load)
-    }
-
-    pub fn info(&self) -> &DeviceInfo {
-        self.m.info()
-    }
-    pub fn image(&self) -> &ImageInfo {
-        self.m.image()
-    }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        self.m.context()
-    }
-
     /// The planning view of the device.
     pub fn device(&self, blocks_per_sm: u32) -> Device {
         self.m.device(blocks_per_sm)

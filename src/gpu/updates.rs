@@ -14,15 +14,14 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaFunction, CudaStream, DevicePtrMut, DeviceRepr};
 use normlab_kernels::list::{Direction, Storage};
 use normlab_kernels::residual::{plan_update, vec_ok, Update, UpdBwdParams, UpdFinalizeParams, UpdFwdParams, UpdatePlan, UpdateStats, FINALIZE_THREADS};
 use normlab_kernels::sources;
 
 use crate::gpu::args::{ptr as p, ptr_mut as pm, DevPtr, ParamArg};
-use crate::gpu::device::DeviceInfo;
 use crate::gpu::error::{GpuError, PlanError, Result};
-use crate::gpu::module::{FamilyModule, ImageInfo, PerContext, Source};
+use crate::gpu::module::{family_kernels, Source};
 use crate::gpu::rows::launch;
 
 /// Shared memory left for the update kernels' static arrays (block reductions: at most 1152
@@ -110,36 +109,14 @@ pub fn bwd_params(plan: &UpdatePlan, b: &UpdBwdArgs, da_part: Option<DevPtr>) ->
     }
 }
 
-/// The update kernels loaded in one context.
-pub struct UpdateKernels {
-    m: FamilyModule,
-}
-
-impl std::fmt::Debug for UpdateKernels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.m.fmt_as("UpdateKernels", f)
-    }
-}
+family_kernels!(
+    /// The update kernels loaded in one context.
+    UpdateKernels,
+    RESIDUAL,
+    reserve: UPDATE_STATIC_SMEM_RESERVE
+);
 
 impl UpdateKernels {
-    /// Compile (or fetch from the caches) and load the kernels for `ctx`'s device.
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        Ok(UpdateKernels { m: FamilyModule::load(ctx, &RESIDUAL, UPDATE_STATIC_SMEM_RESERVE)? })
-    }
-
-    /// The kernels of `ctx`, loaded once per context for the process.
-    pub fn for_context(ctx: &Arc<CudaContext>) -> Result<Arc<Self>> {
-        static ALL: PerContext<UpdateKernels> = PerContext::new();
-        ALL.get_or_load(ctx, Self::load)
-    }
-
-    pub fn info(&self) -> &DeviceInfo {
-        self.m.info()
-    }
-    pub fn image(&self) -> &ImageInfo {
-        self.m.image()
-    }
-
     /// Plan, then re-plan the persistent grid with the kernel's occupancy.
     #[allow(clippy::too_many_arguments)]
     pub fn plan(
