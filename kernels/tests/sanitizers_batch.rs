@@ -10,28 +10,16 @@
 
 mod common;
 
-use common::{compile_cxx, run_prog};
+use common::{assert_sanitizer_clean, Sanitizer};
 
-fn assert_clean(name: &str, flags: &[&str], marker: &str) {
-    let p = compile_cxx("tests/sanitize/batch_driver.cpp", name, flags);
-    let (rc, out, err) = run_prog(&p, &[]);
-    assert!(
-        rc == 0 && out.contains("OK: all kernels ran clean") && !err.contains(marker) && !err.contains("runtime error"),
-        "{name}: rc {rc}\nstdout:\n{out}\nstderr:\n{}",
-        &err[..err.len().min(20000)]
-    );
-}
+const DRIVER: &str = "tests/sanitize/batch_driver.cpp";
 
 #[test]
 fn batch_kernels_are_clean_under_thread_sanitizer() {
-    assert_clean("batch_tsan", &["-O1", "-fsanitize=thread"], "ThreadSanitizer");
+    assert_sanitizer_clean(DRIVER, "batch_tsan", Sanitizer::Thread);
 }
 
 #[test]
 fn batch_kernels_are_clean_under_address_sanitizer() {
-    assert_clean(
-        "batch_asan",
-        &["-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"],
-        "AddressSanitizer",
-    );
+    assert_sanitizer_clean(DRIVER, "batch_asan", Sanitizer::AddressUndefined);
 }

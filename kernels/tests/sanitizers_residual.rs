@@ -7,28 +7,16 @@
 
 mod common;
 
-use common::{compile_cxx, run_prog};
+use common::{assert_sanitizer_clean, Sanitizer};
 
-fn assert_clean(name: &str, flags: &[&str], marker: &str) {
-    let p = compile_cxx("tests/sanitize/residual_driver.cpp", name, flags);
-    let (rc, out, err) = run_prog(&p, &[]);
-    assert!(
-        rc == 0 && out.contains("OK: all kernels ran clean") && !err.contains(marker) && !err.contains("runtime error"),
-        "{name}: rc {rc}\nstdout:\n{out}\nstderr:\n{}",
-        &err[..err.len().min(20000)]
-    );
-}
+const DRIVER: &str = "tests/sanitize/residual_driver.cpp";
 
 #[test]
 fn update_kernels_are_clean_under_thread_sanitizer() {
-    assert_clean("residual_tsan", &["-O1", "-fsanitize=thread"], "ThreadSanitizer");
+    assert_sanitizer_clean(DRIVER, "residual_tsan", Sanitizer::Thread);
 }
 
 #[test]
 fn update_kernels_are_clean_under_address_sanitizer() {
-    assert_clean(
-        "residual_asan",
-        &["-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"],
-        "AddressSanitizer",
-    );
+    assert_sanitizer_clean(DRIVER, "residual_asan", Sanitizer::AddressUndefined);
 }

@@ -184,3 +184,42 @@ pub fn run_prog(path: &std::path::Path, args: &[&str]) -> (i32, String, String) 
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
 }
+
+/// The two builds every driver under `tests/sanitize/` runs in.
+#[derive(Clone, Copy, Debug)]
+pub enum Sanitizer {
+    /// ThreadSanitizer: data races on shared and global memory.
+    Thread,
+    /// AddressSanitizer + UndefinedBehaviorSanitizer: out-of-bounds, misaligned accesses, UB
+    /// (UB reports abort instead of recovering).
+    AddressUndefined,
+}
+
+impl Sanitizer {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Sanitizer::Thread => &["-O1", "-fsanitize=thread"],
+            Sanitizer::AddressUndefined => &["-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"],
+        }
+    }
+    /// What the sanitizer's reports start with.
+    fn marker(self) -> &'static str {
+        match self {
+            Sanitizer::Thread => "ThreadSanitizer",
+            Sanitizer::AddressUndefined => "AddressSanitizer",
+        }
+    }
+}
+
+/// Build the sanitizer driver `driver` (a path under the crate) as `name` with `san`, run it,
+/// and fail unless it exits 0, prints "OK: all kernels ran clean" and stderr holds no report
+/// (neither the sanitizer's marker nor a UBSan "runtime error").
+pub fn assert_sanitizer_clean(driver: &str, name: &str, san: Sanitizer) {
+    let p = compile_cxx(driver, name, san.flags());
+    let (rc, out, err) = run_prog(&p, &[]);
+    assert!(
+        rc == 0 && out.contains("OK: all kernels ran clean") && !err.contains(san.marker()) && !err.contains("runtime error"),
+        "{name}: rc {rc}\nstdout:\n{out}\nstderr:\n{}",
+        &err[..err.len().min(20000)]
+    );
+}
