@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::analysis::{eval_series, find, steps_to_reach, CellRun, GroupStats, BASELINE_VARIANT};
+use super::analysis::{eval_series, find, steps_to_reach, CellRun, GroupStats, Stat, BASELINE_VARIANT};
 use super::error::Result;
 use crate::model::Arch;
 use crate::train::Precision;
@@ -202,7 +202,7 @@ fn c_l1_claims(runs: &[CellRun], stats: &[GroupStats], prec: &str) -> Vec<Claim>
     }
     for arch in Arch::ALL {
         if find(stats, arch.name(), L1_NO_CONSTANT_VARIANT, prec).is_some() && find(stats, arch.name(), "l1", prec).is_some() {
-            let (text, verdict) = constant_ablation(runs, arch, prec);
+            let (text, verdict) = constant_ablation(runs, stats, arch, prec);
             ablation.push(format!("{}: {text}", arch.name()));
             ablation_verdicts.extend(verdict);
         }
@@ -301,7 +301,8 @@ fn nu_claim(nu: &NuAcf) -> Claim {
 /// is about. The worst final loss of the pair is reached by every finished run, so the step
 /// counts always exist; `None` when there is nothing to compare (no finished `l1` run, or the
 /// pair never learned: target at or above the uniform loss).
-fn constant_ablation(runs: &[CellRun], arch: Arch, prec: &str) -> (String, Option<bool>) {
+fn constant_ablation(runs: &[CellRun], stats: &[GroupStats], arch: Arch, prec: &str) -> (String, Option<bool>) {
+    let final_mean = |variant: &str| find(stats, arch.name(), variant, prec).and_then(|g| g.final_val_loss).map(|f| f.mean);
     let pick = |variant: &str| -> Vec<&CellRun> { runs.iter().filter(|r| r.cell.arch == arch && r.cell.variant == variant && r.cell.precision.name() == prec).collect() };
     let (with, without) = (pick("l1"), pick(L1_NO_CONSTANT_VARIANT));
     let finals: Vec<f64> = with.iter().chain(&without).filter_map(|r| r.usable_final_loss()).collect();
@@ -316,7 +317,7 @@ fn constant_ablation(runs: &[CellRun], arch: Arch, prec: &str) -> (String, Optio
     }
     let steps = |rs: &[&CellRun]| -> Option<f64> {
         let s: Option<Vec<f64>> = rs.iter().map(|r| if r.usable_final_loss().is_some() { steps_to_reach(&eval_series(r), target) } else { None }).collect();
-        s.map(|v| v.iter().sum::<f64>() / v.len() as f64)
+        s.and_then(|v| Stat::of(&v)).map(|st| st.mean)
     };
     let (s1, s0) = (steps(&with), steps(&without));
     let ratio = match (s0, s1) {
@@ -326,19 +327,14 @@ fn constant_ablation(runs: &[CellRun], arch: Arch, prec: &str) -> (String, Optio
     };
     let never = if s0.is_none() { " (a run without C_L1 diverged)" } else { "" };
     let text = format!(
-        "steps to {target:.4} (the worst final loss of the pair) without C_L1 {} vs with {} (ratio {}){never}; final loss without {:.4} vs with {:.4}",
+        "steps to {target:.4} (the worst final loss of the pair) without C_L1 {} vs with {} (ratio {}){never}; final loss without {} vs with {}",
         fmt_opt(s0, 0),
         fmt_opt(s1, 0),
         fmt_opt(ratio, 2),
-        mean(without.iter().filter_map(|r| r.usable_final_loss())),
-        mean(with.iter().filter_map(|r| r.usable_final_loss())),
+        fmt_opt(final_mean(L1_NO_CONSTANT_VARIANT), 4),
+        fmt_opt(final_mean("l1"), 4),
     );
     (text, ratio.map(|r| r >= CONSTANT_STEPS_RATIO))
-}
-
-fn mean(v: impl Iterator<Item = f64>) -> f64 {
-    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 { f64::NAN } else { s / n as f64 }
 }
 
 /// Every claim row, in a fixed order.
