@@ -7,7 +7,10 @@
 //! RAYON_NUM_THREADS=1 NORMLAB_CPU_SIMD=avx2 target/release/examples/forward_time rms f16 4096 1024 20
 //! ```
 //!
-//! Arguments: kind, dtype, rows, n, repetitions (as `forward_once`, plus the repetitions).
+//! Arguments: kind, dtype, rows, n, repetitions (as `forward_once`, plus the repetitions), and
+//! optionally `gauss`: standard normal inputs (as `normlab bench norms` uses) instead of the
+//! default uniform pattern on [-2, 2]. Top-k's speed depends on the distribution (how many
+//! values are candidates for the k largest).
 
 use normlab_norms::{bf16, f16, row, Accum, Element, NormKind, NormSpec, RowStats};
 
@@ -28,8 +31,27 @@ extern "C" {
     fn clock_gettime(clock: i32, ts: *mut libc_timespec) -> i32;
 }
 
-fn run<T: Element>(spec: &NormSpec, rows: usize, n: usize, reps: usize) {
-    let x: Vec<T> = (0..rows * n).map(|i| T::from_f64(((i as f64) * 0.618_033_988_7).fract() * 4.0 - 2.0)).collect();
+/// Standard normal values by Box-Muller over a 64-bit LCG: deterministic, no dependency.
+fn gaussian(len: usize) -> Vec<f64> {
+    let mut state = 0x5EED_0001_u64;
+    let mut uniform = move || {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..len)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        })
+        .collect()
+}
+
+fn run<T: Element>(spec: &NormSpec, rows: usize, n: usize, reps: usize, gauss: bool) {
+    let x: Vec<T> = if gauss {
+        gaussian(rows * n).into_iter().map(T::from_f64).collect()
+    } else {
+        (0..rows * n).map(|i| T::from_f64(((i as f64) * 0.618_033_988_7).fract() * 4.0 - 2.0)).collect()
+    };
     let w: Vec<T> = (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect();
     let b: Vec<T> = (0..n).map(|i| T::from_f64(0.01 * (i % 5) as f64)).collect();
     let bias = (spec.kind == NormKind::Layer).then_some(&b[..]);
@@ -58,7 +80,7 @@ fn run<T: Element>(spec: &NormSpec, rows: usize, n: usize, reps: usize) {
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 6 {
-        eprintln!("usage: forward_time KIND DTYPE ROWS N REPS");
+        eprintln!("usage: forward_time KIND DTYPE ROWS N REPS [gauss]");
         std::process::exit(2);
     }
     let kind = match a[1].as_str() {
@@ -72,10 +94,15 @@ fn main() {
     };
     let spec = NormSpec::new(kind, 1e-5);
     let (rows, n, reps): (usize, usize, usize) = (a[3].parse().expect("ROWS"), a[4].parse().expect("N"), a[5].parse().expect("REPS"));
+    let gauss = match a.get(6).map(String::as_str) {
+        None => false,
+        Some("gauss") => true,
+        Some(other) => panic!("unknown input distribution {other} (expected gauss)"),
+    };
     match a[2].as_str() {
-        "f32" => run::<f32>(&spec, rows, n, reps),
-        "f16" => run::<f16>(&spec, rows, n, reps),
-        "bf16" => run::<bf16>(&spec, rows, n, reps),
+        "f32" => run::<f32>(&spec, rows, n, reps, gauss),
+        "f16" => run::<f16>(&spec, rows, n, reps, gauss),
+        "bf16" => run::<bf16>(&spec, rows, n, reps, gauss),
         other => panic!("unknown dtype {other}"),
     }
 }

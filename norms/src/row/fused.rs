@@ -21,6 +21,7 @@
 //! `fused::tests` compares both paths bit for bit.
 
 use super::kernel::{needs_rescue, Scratch};
+use super::rank_select;
 use super::simd::{load_partial, sfence, store_partial, F32x16, Storage, W};
 use super::stats::{self, Raw, RowCtx, RowStats};
 use crate::accum::Real;
@@ -155,15 +156,27 @@ pub(crate) fn rows_at<S: Storage>(
 ) -> Counters {
     #[cfg(target_arch = "x86_64")]
     {
-        #[target_feature(enable = "avx2,fma,f16c")]
+        #[target_feature(enable = "avx2,fma,f16c,popcnt")]
         unsafe fn avx2<S: Storage>(
-            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+            ctx: &RowCtx<f32>,
+            xc: &[S],
+            yc: &mut [S],
+            sc: &mut [RowStats],
+            w: Option<&[f32]>,
+            b: Option<&[f32]>,
+            scr: &mut Scratch<f32>,
         ) -> Counters {
             rows::<super::simd::avx2::Avx2, S>(ctx, xc, yc, sc, w, b, scr)
         }
-        #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+        #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
         unsafe fn avx512<S: Storage>(
-            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+            ctx: &RowCtx<f32>,
+            xc: &[S],
+            yc: &mut [S],
+            sc: &mut [RowStats],
+            w: Option<&[f32]>,
+            b: Option<&[f32]>,
+            scr: &mut Scratch<f32>,
         ) -> Counters {
             rows::<super::simd::avx512::Avx512, S>(ctx, xc, yc, sc, w, b, scr)
         }
@@ -200,12 +213,16 @@ unsafe fn rows<V: F32x16, S: Storage>(
     };
     let affine_max = (w_max, b_max);
     for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
-        match row::<V, S>(ctx, xr, yr, w, b, affine_max, &mut scr.a) {
+        match row::<V, S>(ctx, xr, yr, w, b, affine_max, &mut scr.a, &mut scr.b) {
             Some((stats, bad)) => {
                 *st = stats;
                 c.nonfinite_out += bad;
             }
-            None => c += super::forward_rows::<S, f32>(ctx, xr, yr, std::slice::from_mut(st), w, b, scr),
+            None => {
+                #[cfg(test)]
+                RESCUED.with(|r| r.set(r.get() + 1));
+                c += super::forward_rows::<S, f32>(ctx, xr, yr, std::slice::from_mut(st), w, b, scr)
+            }
         }
     }
     if ctx.stream_output {
@@ -213,6 +230,14 @@ unsafe fn rows<V: F32x16, S: Storage>(
         sfence();
     }
     c
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Rows this thread handed to the generic kernel: the tests check that ordinary rows take
+    /// the fused path (a rescue gives the same bits, so only this count shows a fast path
+    /// that quietly never runs).
+    static RESCUED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The largest `|v|` of a weight or bias (infinity if some value is NaN or infinite).
@@ -236,6 +261,7 @@ unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
 /// One row: statistics, then the normalized output with the number of non-finite values in
 /// it; `None` (nothing written) when the statistics need the generic kernel's rescue.
 /// `affine_max`: the largest `|w_j|` (1 without a weight) and `|b_j|` (0 without a bias).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn row<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -245,8 +271,9 @@ unsafe fn row<V: F32x16, S: Storage>(
     b: Option<&[f32]>,
     affine_max: (f64, f64),
     abs: &mut [f32],
+    marks: &mut [f32],
 ) -> Option<(RowStats, u64)> {
-    let (raw, z_max) = raw_stats::<V, S>(ctx, x, abs);
+    let (raw, z_max) = raw_stats::<V, S>(ctx, x, abs, marks);
     if needs_rescue(ctx, &raw) {
         return None;
     }
@@ -284,7 +311,7 @@ const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
 /// (`z` the centred value the output is made of; meaningful when the statistics are finite),
 /// from the statistics at hand: the root of the sum of squares, the sum or the maximum of `|z|`.
 #[inline(always)]
-unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut [f32]) -> (Raw<f32>, f64) {
+unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut [f32], marks: &mut [f32]) -> (Raw<f32>, f64) {
     let eps = ctx.eps as f32;
     let inv_n = ctx.inv_n;
     let n = x.len();
@@ -304,6 +331,10 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut
             // |t| <= sqrt(sum t^2) for t = x - hi, and z = t - lo rounds once.
             let t_max = (raw.sumsq as f64 * sum_slack(n)).sqrt() + ABS_SLACK;
             (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
+        }
+        NormKind::TopK { k } if stats::uses_lane_maxima(n, k) => {
+            let (lo, stat, check) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, abs, marks);
+            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), check as f64 * sum_slack(n) + ABS_SLACK)
         }
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
             let lo = if ctx.centred {
@@ -347,70 +378,146 @@ unsafe fn abs_statistic<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], z_abs
     }
 }
 
-/// Top-k's `(mean of the k largest |z|, lane sum of |z|)`. One pass writes `|z|` to `abs` while
-/// it sums and takes the 16 lane maxima; the k-th largest lane maximum bounds the k-th
-/// largest value from below, so a second, vectorised pass keeps only the few values at or
-/// above it, among which the k largest are selected and sorted as `stats::top_k_desc` does.
-/// The mean of those k values does not depend on how they were found.
+/// Top-k's `(mean of the k largest |z|, lane sum of |z|)` on rows where the lane maxima are
+/// not used (k > 16 or short rows): `|z|` written to `abs` while it is summed, then the
+/// selection of `stats::topk_mean`.
 #[inline(always)]
 unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl Fn(V) -> V, abs: &mut [f32]) -> (f32, f32) {
     let n = x.len();
     let full = n - n % W;
     let (xp, ap) = (x.as_ptr(), abs.as_mut_ptr());
-    let zero = V::splat(0.0);
-    let (mut s, mut m) = (zero, zero);
+    let mut s = V::splat(0.0);
     each_group!(full, |i| {
         let a = z_abs(S::load(xp.add(i)));
         a.store_f32(ap.add(i));
         s = s + a;
-        m = V::max_gt(a, m);
     });
     if full < n {
         let a = z_abs(load_partial::<V, S>(&x[full..]));
         let t = a.to_array();
         abs[full..].copy_from_slice(&t[..n - full]);
         s = V::select_first(n - full, s + a, s);
-        m = V::select_first(n - full, V::max_gt(a, m), m);
     }
-    let check = lanes::combine(s.to_array());
-    if !stats::uses_lane_maxima(n, k) {
-        return (stats::topk_mean(abs, k), check);
-    }
-    let t0 = stats::kth_largest_lane_max(m.to_array(), k);
-    let kept = keep_at_least::<V>(abs, t0);
-    stats::top_k_of_candidates(abs, kept, k);
-    (stats::mean_of_sorted_top_k(abs, k), check)
+    (stats::topk_mean(&mut abs[..n], k), lanes::combine(s.to_array()))
 }
 
-/// Move the values `>= t` of `a` to its front, in order; returns how many. Sixteen values are
-/// compared at once and the (rare) hits appended one by one from a copy of their group.
+/// Top-k's `(lo, mean of the k largest |z|, lane sum of |z|)` where the lane maxima bound the
+/// selection (`stats::uses_lane_maxima`), with `hi` computed: the values `stats::compute`
+/// gives, with no pass over the row beyond L1's.
+///
+/// The k-th largest of the 16 lane maxima of `|z|` bounds the row's k-th largest `|z|` from
+/// below, so only the few values at or above it (about 1% of a Gaussian row of 1024) are
+/// candidates; the pass that sums `|z|` also compacts those into `cand`, among which the k
+/// largest are selected and sorted as `stats::top_k_desc` does (by ranks, `rank_select`, when
+/// they are few). The mean of those k values does not depend on how they were found.
+///
+/// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
+/// for `lo`: it also keeps each lane's largest and smallest `t`, and since `z = fl(t - lo)` is
+/// monotone in `t` and rounding is symmetric, a lane's largest `|z|` is exactly
+/// `max(fl(t_max - lo), fl(lo - t_min))`. Uncentred (`z = x`), one pass takes the maxima of
+/// `|x|`. Either way the maxima are those of `|z|` itself, never NaN (`max_gt`/`min_lt` skip
+/// it; a row with a NaN or an infinity has a non-finite sum and is rescued anyway).
 #[inline(always)]
-unsafe fn keep_at_least<V: F32x16>(a: &mut [f32], t: f32) -> usize {
-    let n = a.len();
+unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
+    ctx: &RowCtx<f32>,
+    x: &[S],
+    k: usize,
+    hi: f32,
+    cand: &mut [f32],
+    marks: &mut [f32],
+) -> (f32, f32, f32) {
+    let zero = V::splat(0.0);
+    let (lo, maxima) = if ctx.centred {
+        let h = V::splat(hi);
+        let init = [zero, V::splat(f32::NEG_INFINITY), V::splat(f32::INFINITY)];
+        let [d, t_max, t_min] = fold_from::<V, S, 3>(x, init, |v, [d, mx, mn]| {
+            let t = v - h;
+            [d + t, V::max_gt(t, mx), V::min_lt(t, mn)]
+        });
+        let lo = lanes::combine(d.to_array()) * ctx.inv_n;
+        let l = V::splat(lo);
+        // Clamped at +0: a lane whose values were all NaN has no maximum (and a NaN row is
+        // rescued), and `max_gt` turns -0 into +0, as the maxima of `|z|` start.
+        (lo, V::max_gt(V::max_gt(t_max - l, l - t_min), zero))
+    } else {
+        let [m] = fold::<V, S, 1>(x, |v, [m]| [V::max_gt(v.abs(), m)]);
+        (0.0, m)
+    };
+    let t0 = rank_select::kth_largest_of_16(maxima.to_array(), k);
+    let (stat, check) = if ctx.centred {
+        let (h, l) = (V::splat(hi), V::splat(lo));
+        sum_and_keep::<V, S>(x, |v| ((v - h) - l).abs(), |v| ((v - hi) - lo).abs(), t0, k, cand, marks)
+    } else {
+        sum_and_keep::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, marks)
+    };
+    (lo, stat, check)
+}
+
+/// The pass of [`top_k_lane_maxima`] that sums `|z| = z_abs(x)` and finds the values `>= t0`,
+/// then the mean of the k largest of those. Returns (that mean, lane sum of `|z|`).
+///
+/// The pass only records, per 16 values, the bit mask of those at or above `t0` (`marks`,
+/// room for n/16 + 4 u16). Hits are rare and scattered (about 11 per Gaussian row of 1024 or
+/// 4096 at k = 8): compacting them in the pass, branch-free, cost two vector instructions per
+/// 16 values; a branch per hit would be mispredicted about once per hit. The masks are then
+/// read 64 values at a time and each hit's `|z|` recomputed by `z_one`, the same f32
+/// operations on the same value, so the same bits.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn sum_and_keep<V: F32x16, S: Storage>(
+    x: &[S],
+    z_abs: impl Fn(V) -> V,
+    z_one: impl Fn(f32) -> f32,
+    t0: f32,
+    k: usize,
+    cand: &mut [f32],
+    marks: &mut [f32],
+) -> (f32, f32) {
+    let n = x.len();
     let full = n - n % W;
-    let tv = V::splat(t);
-    let mut kept = 0;
-    let mut i = 0;
-    while i < full {
-        let v = V::load_f32(a.as_ptr().add(i));
-        let mut hits = v.ge_mask(tv);
-        if hits != 0 {
-            let vals = v.to_array();
-            while hits != 0 {
-                a[kept] = vals[hits.trailing_zeros() as usize];
+    let groups = full / W;
+    let words = groups.div_ceil(4);
+    assert!(cand.len() >= n && marks.len() * 2 >= 4 * words, "top-k scratch too small");
+    let xp = x.as_ptr();
+    let mp = marks.as_mut_ptr() as *mut u16;
+    let tv = V::splat(t0);
+    let mut s = V::splat(0.0);
+    each_group!(full, |i| {
+        let a = z_abs(S::load(xp.add(i)));
+        s = s + a;
+        *mp.add(i / W) = a.ge_mask(tv) as u16;
+    });
+    for g in groups..4 * words {
+        *mp.add(g) = 0;
+    }
+    let mut kept = 0usize;
+    for w in 0..words {
+        // Four groups' masks: bit j is value 64 w + j (little-endian, x86 only).
+        let mut bits = (mp.add(4 * w) as *const u64).read_unaligned();
+        while bits != 0 {
+            let j = 64 * w + bits.trailing_zeros() as usize;
+            *cand.get_unchecked_mut(kept) = z_one(x.get_unchecked(j).to_f32());
+            kept += 1;
+            bits &= bits - 1;
+        }
+    }
+    if full < n {
+        let a = z_abs(load_partial::<V, S>(&x[full..]));
+        s = V::select_first(n - full, s + a, s);
+        for &v in &a.to_array()[..n - full] {
+            if v >= t0 {
+                cand[kept] = v;
                 kept += 1;
-                hits &= hits - 1;
             }
         }
-        i += W;
     }
-    for j in full..n {
-        if a[j] >= t {
-            a[kept] = a[j];
-            kept += 1;
-        }
+    if k <= kept && kept <= rank_select::FEW {
+        // The candidates passed an ordered `>=`: magnitudes, no NaN.
+        rank_select::top_k_of_few(cand, kept, k);
+    } else {
+        stats::top_k_of_candidates(&mut cand[..n], kept, k);
     }
-    kept
+    (stats::mean_of_sorted_top_k(cand, k), lanes::combine(s.to_array()))
 }
 
 /// `lanes::sum_map(x, f)` over the storage.
@@ -424,10 +531,16 @@ unsafe fn sum<V: F32x16, S: Storage>(x: &[S], f: impl Fn(V) -> V) -> f32 {
 /// values at a time; the row's tail (fewer than 16 values) updates only its own lanes.
 #[inline(always)]
 unsafe fn fold<V: F32x16, S: Storage, const K: usize>(x: &[S], step: impl Fn(V, [V; K]) -> [V; K]) -> [V; K] {
+    fold_from::<V, S, K>(x, [V::splat(0.0); K], step)
+}
+
+/// [`fold`] from the given initial accumulators.
+#[inline(always)]
+unsafe fn fold_from<V: F32x16, S: Storage, const K: usize>(x: &[S], init: [V; K], step: impl Fn(V, [V; K]) -> [V; K]) -> [V; K] {
     let n = x.len();
     let full = n - n % W;
     let p = x.as_ptr();
-    let mut acc = [V::splat(0.0); K];
+    let mut acc = init;
     each_group!(full, |i| {
         acc = step(S::load(p.add(i)), acc);
     });
@@ -517,8 +630,13 @@ fn stream_head<S>(y: *const S) -> usize {
 /// [`normalize_store`] for one choice of centring, weight and bias. `CHECK`: whether some
 /// output may be non-finite (else none is, and the groups are stored without looking).
 /// `stream`: store the 16-value groups with non-temporal stores; they then start at the first
-/// aligned address of `y`, the values before it stored as the tail is. The output is
-/// element-wise, so where the groups start changes no bit.
+/// aligned address of `y`.
+///
+/// A row of 16 or more values has no partial group: the values before the first group (the
+/// misaligned head when streaming) are covered by an ordinary store of the row's first 16
+/// values, and those after the last group (the tail) by one of its last 16. Those stores
+/// overlap the groups' and write the same bits there (the output is element-wise), and cost
+/// two full-width stores instead of two copies through a buffer.
 #[inline(always)]
 unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool, const CHECK: bool>(
     x: &[S],
@@ -527,41 +645,62 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
     stream: bool,
 ) -> u64 {
     let n = x.len();
-    let head = if stream { stream_head(y.as_ptr()).min(n) } else { 0 };
+    if n < W {
+        return store_short::<V, S, CENTRED, HAS_W, HAS_B>(x, y, p);
+    }
+    let head = if stream { stream_head(y.as_ptr()) } else { 0 };
     let full = head + (n - head) / W * W;
-    let mut bad = 0;
+    let mut maybe_bad = false;
     if head > 0 {
-        bad += store_few::<V, S, CENTRED, HAS_W, HAS_B>(&x[..head], &mut y[..head], &p.part(0..head));
+        maybe_bad |= store_group_at::<V, S, CENTRED, HAS_W, HAS_B>(x, y, p, 0);
+    }
+    if full < n {
+        maybe_bad |= store_group_at::<V, S, CENTRED, HAS_W, HAS_B>(x, y, p, n - W);
     }
     let (xg, yg, pg) = (&x[head..full], &mut y[head..full], p.part(head..full));
     // Non-finite outputs (NaN included) are rare: only when some value was large enough to be
     // one is the row stored again with the NaN-exact rounding (bf16), and counted exactly from
     // the stored bits.
-    let maybe_bad = if stream {
+    maybe_bad |= if stream {
         store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true>(xg, yg, &pg)
     } else {
         store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false>(xg, yg, &pg)
     };
-    if maybe_bad {
-        if S::NON_NAN_STORE_IS_PARTIAL {
-            if stream {
-                store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true>(xg, yg, &pg);
-            } else {
-                store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(xg, yg, &pg);
-            }
+    if !maybe_bad {
+        return 0;
+    }
+    if S::NON_NAN_STORE_IS_PARTIAL {
+        if stream {
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true>(xg, yg, &pg);
+        } else {
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(xg, yg, &pg);
         }
-        bad += S::count_nonfinite(yg);
     }
-    if full < n {
-        bad += store_few::<V, S, CENTRED, HAS_W, HAS_B>(&x[full..], &mut y[full..], &p.part(full..n));
-    }
-    bad
+    S::count_nonfinite(y)
 }
 
-/// Fewer than 16 values of a row (its tail, or the head before the streaming stores), through
-/// a zero-padded register; returns the number of non-finite outputs, counted from the bits.
+/// The 16 outputs from value `at` of the row (`at + 16 <= n`), by an ordinary store with the
+/// NaN-exact rounding; returns whether some of them may be non-finite (as [`store_groups`]).
 #[inline(always)]
-unsafe fn store_few<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(x: &[S], y: &mut [S], p: &Affine) -> u64 {
+unsafe fn store_group_at<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(
+    x: &[S],
+    y: &mut [S],
+    p: &Affine,
+    at: usize,
+) -> bool {
+    debug_assert!(at + W <= x.len() && x.len() == y.len());
+    let zero = V::splat(0.0);
+    let wv = if HAS_W { V::load_f32(p.w.as_ptr().add(at)) } else { zero };
+    let bv = if HAS_B { V::load_f32(p.b.as_ptr().add(at)) } else { zero };
+    let r = output::<V, CENTRED, HAS_W, HAS_B>(S::load(x.as_ptr().add(at)), wv, bv, p);
+    S::store(r, y.as_mut_ptr().add(at));
+    zero.max_abs_bits(r).to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)
+}
+
+/// A row of fewer than 16 values, through a zero-padded register; returns the number of
+/// non-finite outputs, counted from the bits.
+#[inline(always)]
+unsafe fn store_short<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(x: &[S], y: &mut [S], p: &Affine) -> u64 {
     let zero = V::splat(0.0);
     let wv = if HAS_W { load_partial::<V, f32>(p.w) } else { zero };
     let bv = if HAS_B { load_partial::<V, f32>(p.b) } else { zero };

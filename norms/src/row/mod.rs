@@ -39,6 +39,7 @@
 
 mod fused;
 mod kernel;
+mod rank_select;
 mod simd;
 pub(crate) mod stats;
 
@@ -135,7 +136,7 @@ pub(crate) fn count_nonfinite<T: Element>(v: &[T]) -> u64 {
     T::count_nonfinite(v)
 }
 
-/// Whether the CPU has AVX2, FMA and F16C (detected once). The hot loops are compiled twice,
+/// Whether the CPU has AVX2, FMA, F16C and POPCNT (detected once). The hot loops are compiled twice,
 /// for the baseline target and for these features, and dispatched on this. Both builds give
 /// bit-identical results: Rust never contracts `a*b + c` into an FMA by itself and the lane
 /// order is the same; only the vector width changes.
@@ -146,7 +147,10 @@ pub(crate) fn has_avx2() -> bool {
         use std::sync::OnceLock;
         static HAS: OnceLock<bool> = OnceLock::new();
         *HAS.get_or_init(|| {
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+                && is_x86_feature_detected!("popcnt")
         })
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{rows_at, Level};
+use super::{rows_at, Level, RESCUED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -261,4 +261,37 @@ fn fused_counts_overflowing_outputs_like_generic() {
     at_limit::<f32>();
     at_limit::<f16>();
     at_limit::<bf16>();
+}
+
+/// Ordinary rows (Gaussian, finite, moderate) take the fused path for every kind, centring,
+/// k and storage type: none is handed to the generic kernel. The results would be the same
+/// bits either way, so only this shows that, say, a Top-k threshold above the row's values
+/// does not silently send every row to the slow path.
+#[test]
+fn ordinary_rows_are_not_rescued() {
+    for level in levels() {
+        for n in [64usize, 100, 1024, 1031] {
+            let mut rng = Rng(77 + n as u64);
+            let x: Vec<f64> = (0..8 * n).map(|_| rng.normal()).collect();
+            for spec in specs(n) {
+                if spec.eps == 0.0 {
+                    continue;
+                }
+                let ctx = crate::row::ctx::<f32>(&spec, n).unwrap();
+                fn run<S: Storage>(level: Level, ctx: &RowCtx<f32>, x: &[f64], n: usize) -> usize {
+                    let x: Vec<S> = x.iter().map(|&v| S::from_f64(v)).collect();
+                    let mut y = vec![S::default(); x.len()];
+                    let mut st = vec![RowStats::default(); x.len() / n];
+                    let before = RESCUED.with(|r| r.get());
+                    rows_at::<S>(level, ctx, &x, &mut y, &mut st, None, None, &mut Scratch::<f32>::new(n));
+                    RESCUED.with(|r| r.get()) - before
+                }
+                for (dtype, rescued) in
+                    [("f32", run::<f32>(level, &ctx, &x, n)), ("f16", run::<f16>(level, &ctx, &x, n)), ("bf16", run::<bf16>(level, &ctx, &x, n))]
+                {
+                    assert_eq!(rescued, 0, "{level:?} {dtype} n={n} {spec:?}: {rescued} of 8 rows rescued");
+                }
+            }
+        }
+    }
 }

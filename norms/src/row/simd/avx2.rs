@@ -144,6 +144,11 @@ impl F32x16 for Avx2 {
         unsafe { Avx2(_mm256_max_ps(a.0, m.0), _mm256_max_ps(a.1, m.1)) }
     }
     #[inline(always)]
+    fn min_lt(a: Self, m: Self) -> Self {
+        // SAFETY: as in `add`. minps returns its second operand unless the first is less.
+        unsafe { Avx2(_mm256_min_ps(a.0, m.0), _mm256_min_ps(a.1, m.1)) }
+    }
+    #[inline(always)]
     fn select_first(count: usize, a: Self, b: Self) -> Self {
         // SAFETY: as in `add`.
         unsafe {

@@ -118,6 +118,11 @@ impl F32x16 for Avx512 {
         unsafe { Avx512(_mm512_max_ps(a.0, m.0)) }
     }
     #[inline(always)]
+    fn min_lt(a: Self, m: Self) -> Self {
+        // SAFETY: as in `add`. vminps returns its second operand unless the first is less.
+        unsafe { Avx512(_mm512_min_ps(a.0, m.0)) }
+    }
+    #[inline(always)]
     fn select_first(count: usize, a: Self, b: Self) -> Self {
         let k: __mmask16 = if count >= W { 0xFFFF } else { ((1u32 << count) - 1) as __mmask16 };
         // SAFETY: as in `add`.

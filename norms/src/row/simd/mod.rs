@@ -80,6 +80,8 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     /// `if a > m { a } else { m }` lane-wise: the step of `lanes::max_map` (a NaN in `a` is
     /// skipped, exactly as there).
     fn max_gt(a: Self, m: Self) -> Self;
+    /// `if a < m { a } else { m }` lane-wise (a NaN in `a` is skipped).
+    fn min_lt(a: Self, m: Self) -> Self;
     /// Lanes `j < count` from `a`, the others from `b` (the tail of a row: lanes past the
     /// row's end keep their accumulator).
     fn select_first(count: usize, a: Self, b: Self) -> Self;

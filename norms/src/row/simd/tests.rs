@@ -72,12 +72,15 @@ unsafe fn lane_semantics<V: F32x16>() {
     let m: [f32; W] = [0.5, 0.0, 1.0, -0.0, 0.0, 6.0, 1.0, 0.0, 7.0, 9.0, f32::NAN, 0.0, 0.0, 0.0, 0.0, 20.0];
     let (va, vm) = (V::load_f32(a.as_ptr()), V::load_f32(m.as_ptr()));
     let mx = V::max_gt(va, vm).to_array();
+    let mn = V::min_lt(va, vm).to_array();
     let ab = va.abs().to_array();
     let ge = va.ge_mask(vm);
     let bits = V::splat(0.0).max_abs_bits(va).to_array();
     for j in 0..W {
         let want = if a[j] > m[j] { a[j] } else { m[j] };
         assert_eq!(mx[j].to_bits(), want.to_bits(), "max_gt lane {j}");
+        let want = if a[j] < m[j] { a[j] } else { m[j] };
+        assert_eq!(mn[j].to_bits(), want.to_bits(), "min_lt lane {j}");
         assert_eq!(ab[j].to_bits(), a[j].abs().to_bits(), "abs lane {j}");
         assert_eq!(ge >> j & 1 == 1, a[j] >= m[j], "ge_mask lane {j}");
         assert_eq!(bits[j].to_bits(), a[j].to_bits() & 0x7FFF_FFFF, "max_abs_bits lane {j}");
