@@ -158,25 +158,13 @@ pub(crate) fn rows_at<S: Storage>(
     {
         #[target_feature(enable = "avx2,fma,f16c,popcnt")]
         unsafe fn avx2<S: Storage>(
-            ctx: &RowCtx<f32>,
-            xc: &[S],
-            yc: &mut [S],
-            sc: &mut [RowStats],
-            w: Option<&[f32]>,
-            b: Option<&[f32]>,
-            scr: &mut Scratch<f32>,
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
         ) -> Counters {
             rows::<super::simd::avx2::Avx2, S>(ctx, xc, yc, sc, w, b, scr)
         }
         #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
         unsafe fn avx512<S: Storage>(
-            ctx: &RowCtx<f32>,
-            xc: &[S],
-            yc: &mut [S],
-            sc: &mut [RowStats],
-            w: Option<&[f32]>,
-            b: Option<&[f32]>,
-            scr: &mut Scratch<f32>,
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
         ) -> Counters {
             rows::<super::simd::avx512::Avx512, S>(ctx, xc, yc, sc, w, b, scr)
         }
