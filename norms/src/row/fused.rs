@@ -669,7 +669,8 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
 }
 
 /// The 16 outputs from value `at` of the row (`at + 16 <= n`), by an ordinary store with the
-/// NaN-exact rounding; returns whether some of them may be non-finite (as [`store_groups`]).
+/// NaN-exact rounding: [`store_groups`] on that one group. Returns whether some of them may be
+/// non-finite.
 #[inline(always)]
 unsafe fn store_group_at<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(
     x: &[S],
@@ -677,13 +678,8 @@ unsafe fn store_group_at<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W
     p: &Affine,
     at: usize,
 ) -> bool {
-    debug_assert!(at + W <= x.len() && x.len() == y.len());
-    let zero = V::splat(0.0);
-    let wv = if HAS_W { V::load_f32(p.w.as_ptr().add(at)) } else { zero };
-    let bv = if HAS_B { V::load_f32(p.b.as_ptr().add(at)) } else { zero };
-    let r = output::<V, CENTRED, HAS_W, HAS_B>(S::load(x.as_ptr().add(at)), wv, bv, p);
-    S::store(r, y.as_mut_ptr().add(at));
-    zero.max_abs_bits(r).to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)
+    let g = at..at + W;
+    store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(&x[g.clone()], &mut y[g.clone()], &p.part(g))
 }
 
 /// A row of fewer than 16 values, through a zero-padded register; returns the number of
