@@ -479,15 +479,32 @@ unsafe fn sum_and_keep<V: F32x16, S: Storage>(
     for g in groups..4 * words {
         *mp.add(g) = 0;
     }
+    // Four groups' masks make a word: bit j of word w is value 64 w + j (little-endian, x86
+    // only). About half the words of a Gaussian row hold a hit, at random: a branch on each
+    // word would be mispredicted every other word. So the words with a hit are listed first
+    // (a store and an add per word, no branch), and only those are visited.
+    let word = |w: usize| (mp.add(4 * w) as *const u64).read_unaligned();
     let mut kept = 0usize;
-    for w in 0..words {
-        // Four groups' masks: bit j is value 64 w + j (little-endian, x86 only).
-        let mut bits = (mp.add(4 * w) as *const u64).read_unaligned();
-        while bits != 0 {
-            let j = 64 * w + bits.trailing_zeros() as usize;
-            *cand.get_unchecked_mut(kept) = z_one(x.get_unchecked(j).to_f32());
-            kept += 1;
-            bits &= bits - 1;
+    let mut listed = [0u16; 64];
+    for start in (0..words).step_by(listed.len()) {
+        let end = words.min(start + listed.len());
+        let mut hit_words = 0usize;
+        for w in start..end {
+            *listed.get_unchecked_mut(hit_words) = (w - start) as u16;
+            hit_words += (word(w) != 0) as usize;
+        }
+        for &l in listed.get_unchecked(..hit_words) {
+            let w = start + l as usize;
+            let mut bits = word(w);
+            loop {
+                let j = 64 * w + bits.trailing_zeros() as usize;
+                *cand.get_unchecked_mut(kept) = z_one(x.get_unchecked(j).to_f32());
+                kept += 1;
+                bits &= bits - 1;
+                if bits == 0 {
+                    break;
+                }
+            }
         }
     }
     if full < n {

@@ -295,3 +295,32 @@ fn ordinary_rows_are_not_rescued() {
         }
     }
 }
+
+/// Top-k on rows longer than one block of the candidate gather (64 mask words, 4096 values):
+/// Gaussian rows, a constant row (every value a candidate) and rows with one or two outliers
+/// far into the row, for both centrings and k across the lane-maxima range.
+#[test]
+fn fused_equals_generic_on_long_top_k_rows() {
+    for n in [4096usize, 4111, 8200] {
+        let mut rng = Rng(500 + n as u64);
+        let mut x: Vec<f64> = (0..4 * n).map(|_| rng.normal()).collect();
+        x[n..2 * n].iter_mut().for_each(|v| *v = 2.5);
+        x[2 * n + 4100] = 40.0;
+        x[3 * n + 5000.min(n - 1)] = -35.0;
+        x[3 * n + n - 3] = 36.0;
+        let (w, b) = affine(&mut rng, n);
+        let mut checked = 0;
+        for k in [1usize, 2, 8, 16] {
+            for centred in [true, false] {
+                let spec = NormSpec { kind: NormKind::TopK { k }, centred, eps: 1e-5, constant: ConstMode::One };
+                let xs: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+                checked += compare_spec::<f32>(&spec, &xs, n, &in_storage::<f32>(&w), &in_storage::<f32>(&b), "long top-k rows");
+                let xh: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+                checked += compare_spec::<bf16>(&spec, &xh, n, &in_storage::<bf16>(&w), &in_storage::<bf16>(&b), "long top-k rows");
+            }
+        }
+        if !levels().is_empty() {
+            assert!(checked > 0, "{checked} comparisons");
+        }
+    }
+}
