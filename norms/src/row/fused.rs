@@ -441,7 +441,7 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
         let [m] = fold::<V, S, 1>(x, |v, [m]| [V::max_gt(v.abs(), m)]);
         (0.0, m)
     };
-    let t0 = rank_select::kth_largest_of_16(maxima.to_array(), k);
+    let t0 = maxima.kth_largest_magnitude(k);
     let (stat, check) = if ctx.centred {
         let (h, l) = (V::splat(hi), V::splat(lo));
         sum_and_keep::<V, S>(x, |v| ((v - h) - l).abs(), |v| ((v - hi) - lo).abs(), t0, k, cand, marks)
@@ -526,8 +526,10 @@ unsafe fn sum_and_keep<V: F32x16, S: Storage>(
             }
         }
     }
-    if k <= kept && kept <= rank_select::FEW {
-        // The candidates passed an ordered `>=`: magnitudes, no NaN.
+    // The candidates passed an ordered `>=`: magnitudes, no NaN.
+    if k <= kept && kept <= W {
+        V::top_k_of_16(cand, kept, k);
+    } else if k <= kept && kept <= rank_select::FEW {
         rank_select::top_k_of_few(cand, kept, k);
     } else {
         stats::top_k_of_candidates(&mut cand[..n], kept, k);

@@ -93,6 +93,20 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     /// Bit j set when lane j is `>= t` (an ordered comparison: NaN lanes are clear).
     fn ge_mask(self, t: Self) -> u32;
     fn to_array(self) -> [f32; W];
+    /// The k-th largest (1 <= k <= 16, counted with multiplicity) of the 16 lanes, which are
+    /// magnitudes (sign clear, never NaN): the value `rank_select::kth_largest_of_16` gives.
+    #[inline(always)]
+    fn kth_largest_magnitude(self, k: usize) -> f32 {
+        crate::row::rank_select::kth_largest_of_16(self.to_array(), k)
+    }
+    /// Move the k largest of the m magnitudes `a[..m]` (1 <= k <= m <= 16) to `a[..k]`,
+    /// descending: what `rank_select::top_k_of_few` leaves there.
+    /// # Safety
+    /// As [`F32x16::splat`].
+    #[inline(always)]
+    unsafe fn top_k_of_16(a: &mut [f32], m: usize, k: usize) {
+        crate::row::rank_select::top_k_of_few(a, m, k)
+    }
 }
 
 /// A storage type the fused kernels read and write directly: f32, f16, bf16.
