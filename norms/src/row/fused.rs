@@ -502,17 +502,27 @@ unsafe fn sum_and_keep<V: F32x16, S: Storage>(
             *listed.get_unchecked_mut(hit_words) = (w - start) as u16;
             hit_words += (word(w) != 0) as usize;
         }
+        // A listed word's first two hits are taken without a branch: about one listed word
+        // in three has a second hit, so a loop's exit would be mispredicted that often. With
+        // no second hit, the first is written again one place on and not counted. (That place
+        // exists: a word with a single hit has at least 15 values that are not, so fewer than
+        // n - 1 candidates come before it.)
+        let last = cand.len() - 1;
         for &l in listed.get_unchecked(..hit_words) {
             let w = start + l as usize;
-            let mut bits = word(w);
-            loop {
-                let j = 64 * w + bits.trailing_zeros() as usize;
+            let bits = word(w);
+            let first = 64 * w + bits.trailing_zeros() as usize;
+            let mut rest = bits & (bits - 1);
+            let second = if rest != 0 { 64 * w + rest.trailing_zeros() as usize } else { first };
+            *cand.get_unchecked_mut(kept) = z_one(x.get_unchecked(first).to_f32());
+            *cand.get_unchecked_mut((kept + 1).min(last)) = z_one(x.get_unchecked(second).to_f32());
+            kept += 1 + (rest != 0) as usize;
+            rest &= rest.wrapping_sub(1);
+            while rest != 0 {
+                let j = 64 * w + rest.trailing_zeros() as usize;
                 *cand.get_unchecked_mut(kept) = z_one(x.get_unchecked(j).to_f32());
                 kept += 1;
-                bits &= bits - 1;
-                if bits == 0 {
-                    break;
-                }
+                rest &= rest - 1;
             }
         }
     }
