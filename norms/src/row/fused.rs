@@ -22,7 +22,7 @@
 
 use super::kernel::{needs_rescue, Scratch};
 use super::rank_select;
-use super::simd::{load_partial, prefetch_bytes, sfence, store_partial, F32x16, Storage, W};
+use super::simd::{load_partial, sfence, store_partial, F32x16, Storage, W};
 use super::stats::{self, Raw, RowCtx, RowStats};
 use crate::accum::Real;
 use crate::counters::Counters;
@@ -200,16 +200,7 @@ unsafe fn rows<V: F32x16, S: Storage>(
         None => 0.0,
     };
     let affine_max = (w_max, b_max);
-    // The next row is prefetched while this one is worked on, when it is at most a page: then
-    // the requests fit the core's outstanding-miss slots and each starts a page the hardware
-    // prefetcher would wait on (measured, single core, f32 4096x1024: L1 forward about 6%
-    // faster). Longer rows stream from memory, where the hardware prefetcher keeps up.
-    let row_bytes = n * std::mem::size_of::<S>();
-    let prefetch = row_bytes <= 4096;
-    for (r, ((yr, xr), st)) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()).enumerate() {
-        if prefetch && (r + 2) * n <= xc.len() {
-            prefetch_bytes(xc.as_ptr().add((r + 1) * n) as *const u8, row_bytes);
-        }
+    for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
         match row::<V, S>(ctx, xr, yr, w, b, affine_max, &mut scr.a, &mut scr.b) {
             Some((stats, bad)) => {
                 *st = stats;

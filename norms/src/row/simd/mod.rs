@@ -155,25 +155,6 @@ pub(crate) fn sfence() {
     }
 }
 
-/// Ask for the cache lines of `bytes` bytes from `p` in L1, without waiting for them: the
-/// next row, fetched while this one is worked on in L1. A row starts a new 4 KiB page at
-/// the common widths, where the hardware prefetchers stop and start again, so without this
-/// the first pass over each row waits for L2/L3. A hint: never faults, any address is valid.
-#[inline(always)]
-pub(crate) fn prefetch_bytes(p: *const u8, bytes: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut off = 0;
-        while off < bytes {
-            // SAFETY: a prefetch only hints; it never faults, whatever the address.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(off) as *const i8) };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, bytes);
-}
-
 impl Storage for f32 {
     const MAX_FINITE_BITS: u32 = 0x7F7F_FFFF;
     #[inline(always)]
