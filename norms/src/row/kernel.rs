@@ -184,6 +184,7 @@ fn sign<A: Real>(v: A) -> A {
 
 /// Index set of the k largest |z_i|, ties to the lowest index, as a 0/1 mask in `mask`.
 /// `abs_scratch` is overwritten.
+#[inline(always)]
 pub(crate) fn topk_mask<A: Real>(z: &[A], k: usize, abs_scratch: &mut [A], mask: &mut [bool]) {
     let n = z.len();
     let a = &mut abs_scratch[..n];
@@ -193,6 +194,16 @@ pub(crate) fn topk_mask<A: Real>(z: &[A], k: usize, abs_scratch: &mut [A], mask:
     // The k-th largest value is the threshold.
     super::stats::top_k_desc(a, k);
     let t = a[k - 1];
+    // Usually every value at the threshold is one of the k (a single value sits there): then
+    // the mask is |z| >= t, one pass. Only real ties at the threshold need the search for
+    // the lowest indices below. (A NaN threshold counts nothing and takes the search too.)
+    let (above, at) = z.iter().fold((0usize, 0usize), |(gt, eq), v| (gt + (v.abs() > t) as usize, eq + (v.abs() == t) as usize));
+    if above + at == k {
+        for (m, v) in mask[..n].iter_mut().zip(z) {
+            *m = v.abs() >= t;
+        }
+        return;
+    }
     let mut taken = 0;
     for (i, m) in mask[..n].iter_mut().enumerate() {
         *m = z[i].abs() > t;

@@ -99,12 +99,19 @@ pub(crate) fn top_k_desc<A: Real>(a: &mut [A], k: usize) -> usize {
     let n = a.len();
     if uses_lane_maxima(n, k) {
         let t0 = kth_largest_lane_max(lanes::lane_max(a), k);
+        // Compacted in place (w <= i), in blocks of 16: a block without a candidate (most
+        // blocks) costs one vectorised comparison; the others are copied without a branch per
+        // value (a candidate is kept by advancing w past it), since a candidate's position is
+        // not predictable.
         let mut w = 0;
-        for i in 0..n {
-            let v = a[i];
-            if v >= t0 {
-                a[w] = v;
-                w += 1;
+        for start in (0..n).step_by(16) {
+            let end = (start + 16).min(n);
+            if a[start..end].iter().fold(false, |any, &v| any | (v >= t0)) {
+                for i in start..end {
+                    let v = a[i];
+                    a[w] = v;
+                    w += (v >= t0) as usize;
+                }
             }
         }
         return top_k_of_candidates(a, w, k);
