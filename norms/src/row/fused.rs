@@ -397,8 +397,8 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// below, so only the few values at or above it (about 1% of a Gaussian row of 1024) are
 /// candidates; the pass that sums `|z|` also marks those ([`sum_and_keep`]), they are gathered
 /// into `cand`, and the k largest of them selected and sorted as `stats::top_k_desc` does (by
-/// `rank_select` when they are few). The mean of those k values does not depend on how they
-/// were found.
+/// the rank rule of `rank_select` when they are few, in registers with AVX-512:
+/// `F32x16::top_k_of_16`). The mean of those k values does not depend on how they were found.
 ///
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
 /// for `lo`: it also keeps each lane's largest and smallest `t`, and since `z = fl(t - lo)` is
