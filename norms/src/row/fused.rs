@@ -397,8 +397,8 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// below, so only the few values at or above it (about 1% of a Gaussian row of 1024) are
 /// candidates; the pass that sums `|z|` also marks those ([`sum_and_keep`]), they are gathered
 /// into `cand`, and the k largest of them selected and sorted as `stats::top_k_desc` does (by
-/// the rank rule of `rank_select` when they are few, in registers with AVX-512:
-/// `F32x16::top_k_of_16`). The mean of those k values does not depend on how they were found.
+/// the rank rule of `rank_select` when they are few: `F32x16::top_k_of_few`, in registers
+/// with AVX-512). The mean of those k values does not depend on how they were found.
 ///
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
 /// for `lo`: it also keeps each lane's largest and smallest `t`, and since `z = fl(t - lo)` is
@@ -527,11 +527,9 @@ unsafe fn sum_and_keep<V: F32x16, S: Storage>(
             }
         }
     }
-    // The candidates passed an ordered `>=`: magnitudes, no NaN.
-    if k <= kept && kept <= W {
-        V::top_k_of_16(cand, kept, k);
-    } else if k <= kept && kept <= rank_select::FEW {
-        rank_select::top_k_of_few(cand, kept, k);
+    if k <= kept && kept <= rank_select::FEW {
+        // The candidates passed an ordered `>=`: magnitudes, no NaN.
+        V::top_k_of_few(cand, kept, k);
     } else {
         stats::top_k_of_candidates(&mut cand[..n], kept, k);
     }

@@ -98,13 +98,13 @@ fn top_k_of_at_most<const N: usize>(a: &mut [f32], m: usize, k: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::row::stats;
 
     /// A small deterministic generator of magnitudes with many ties (and zeros, subnormals,
-    /// infinities): the cases where a rank rule could go wrong.
-    fn magnitudes(seed: u64, len: usize) -> Vec<f32> {
+    /// infinities): the cases where a rank rule could go wrong. Also used by `simd::tests`.
+    pub(crate) fn magnitudes(seed: u64, len: usize) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..len)
             .map(|_| {

@@ -173,12 +173,16 @@ impl F32x16 for Avx512 {
             f32::from_bits(_mm512_mask_reduce_min_epi32(within, b) as u32)
         }
     }
-    /// Each candidate's place in the descending order, counted in registers: the values
-    /// strictly above it, plus the equal ones before it (so the places are a permutation of
-    /// 0..m). The candidates are then written to their places: no search, no branch on the data.
+    /// Up to 16 candidates (the usual count) in registers: each one's place in the descending
+    /// order is the number of values strictly above it plus the equal ones before it (so the
+    /// places are a permutation of 0..m), and the candidates are written to their places: no
+    /// search, no branch on the data. More candidates take `rank_select`.
     #[inline(always)]
-    unsafe fn top_k_of_16(a: &mut [f32], m: usize, k: usize) {
-        assert!(1 <= k && k <= m && m <= W && m <= a.len(), "top_k_of_16: k {k}, m {m}, len {}", a.len());
+    unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
+        if m > W {
+            return crate::row::rank_select::top_k_of_few(a, m, k);
+        }
+        assert!(1 <= k && k <= m && m <= a.len(), "top_k_of_few: k {k}, m {m}, len {}", a.len());
         let live = ((1u32 << m) - 1) as __mmask16;
         // Lanes past m hold -1: below every magnitude, so they raise no count.
         let b = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), live, a.as_ptr() as *const i32);

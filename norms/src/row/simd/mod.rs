@@ -99,12 +99,12 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     fn kth_largest_magnitude(self, k: usize) -> f32 {
         crate::row::rank_select::kth_largest_of_16(self.to_array(), k)
     }
-    /// Move the k largest of the m magnitudes `a[..m]` (1 <= k <= m <= 16) to `a[..k]`,
-    /// descending: what `rank_select::top_k_of_few` leaves there.
+    /// `rank_select::top_k_of_few`: move the k largest of the m magnitudes `a[..m]`
+    /// (1 <= k <= m <= `rank_select::FEW`) to `a[..k]`, descending.
     /// # Safety
     /// As [`F32x16::splat`].
     #[inline(always)]
-    unsafe fn top_k_of_16(a: &mut [f32], m: usize, k: usize) {
+    unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
         crate::row::rank_select::top_k_of_few(a, m, k)
     }
 }

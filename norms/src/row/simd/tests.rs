@@ -99,44 +99,27 @@ unsafe fn lane_semantics<V: F32x16>() {
     }
 }
 
-/// The selections of the fused Top-k (`kth_largest_magnitude`, `top_k_of_16`) against the
+/// The selections of the fused Top-k (`kth_largest_magnitude`, `top_k_of_few`) against the
 /// sort they replace, on magnitudes with many ties, zeros, subnormals and infinities.
 /// # Safety
 /// The CPU has V's instruction set.
 unsafe fn selections<V: F32x16>() {
-    let mut s = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    for round in 0..4000 {
-        let v: Vec<f32> = (0..W)
-            .map(|_| {
-                let r = next();
-                match r % 8 {
-                    0 => 0.0,
-                    1 => f32::INFINITY,
-                    2 => f32::from_bits(1 + (r >> 40) as u32 % 4),
-                    3 | 4 => (r >> 32) as u32 as f32 % 5.0,
-                    _ => f32::from_bits((r >> 33) as u32 & 0x7F7F_FFFF),
-                }
-            })
-            .collect();
+    use crate::row::rank_select::{tests::magnitudes, FEW};
+    for seed in 0..4000u64 {
+        let v = magnitudes(seed, FEW);
         let lanes = V::load_f32(v.as_ptr());
         for k in 1..=W {
-            let want = crate::row::stats::kth_largest_lane_max::<f32>(v.clone().try_into().unwrap(), k);
-            assert_eq!(lanes.kth_largest_magnitude(k).to_bits(), want.to_bits(), "kth_largest_magnitude k {k}: {v:?}");
+            let want = crate::row::stats::kth_largest_lane_max::<f32>(v[..W].try_into().unwrap(), k);
+            assert_eq!(lanes.kth_largest_magnitude(k).to_bits(), want.to_bits(), "kth_largest_magnitude k {k}: {:?}", &v[..W]);
         }
-        let m = 1 + round % W;
+        let m = 1 + seed as usize % FEW;
         for k in 1..=m {
             let mut got = v.clone();
-            V::top_k_of_16(&mut got, m, k);
+            V::top_k_of_few(&mut got, m, k);
             let mut want = v.clone();
             crate::row::stats::top_k_of_candidates(&mut want, m, k);
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got[..k]), bits(&want[..k]), "top_k_of_16 m {m} k {k}: {:?}", &v[..m]);
+            assert_eq!(bits(&got[..k]), bits(&want[..k]), "top_k_of_few m {m} k {k}: {:?}", &v[..m]);
         }
     }
 }
