@@ -44,6 +44,19 @@ fn quick_text_mentions_copy_bandwidth_and_goals() {
     }
 }
 
+/// `--rounds` spreads each case's timed runs: every case still has exactly `--reps` of them,
+/// and the JSON says how they were taken.
+#[test]
+fn rounds_keep_the_number_of_timed_runs() {
+    let out = normlab(&["bench", "norms", "--quick", "--json", "--dtypes", "bf16", "--kinds", "l1", "--reps", "5", "--rounds", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!((v["config"]["reps"].as_u64(), v["config"]["rounds"].as_u64()), (Some(5), Some(2)));
+    for c in v["cases"].as_array().unwrap().iter().chain(v["baselines"].as_array().unwrap()) {
+        assert_eq!(c["timing"]["reps"], 5, "{c}");
+    }
+}
+
 #[test]
 fn bad_flags_are_refused_by_name() {
     for (args, value) in [
@@ -54,6 +67,8 @@ fn bad_flags_are_refused_by_name() {
         (&["bench", "norms", "--quick", "--shapes", "4x4", "--kinds", "topk"][..], "topk8"),
         (&["bench", "norms", "--quick", "--topk-k", "0"][..], "'0'"),
         (&["bench", "norms", "--quick", "--copy-mib", "0"][..], "'0'"),
+        (&["bench", "norms", "--quick", "--rounds", "0"][..], "'0'"),
+        (&["bench", "norms", "--quick", "--reps", "2", "--rounds", "3"][..], "'3'"),
     ] {
         let out = normlab(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -9,7 +9,8 @@
 //!                   "versions": { "normlab", "normlab_norms", "candle_core", "candle_nn", "rustc", "profile" },
 //!                   "git_commit", "git_dirty", "unix_time" },
 //!   "config": { "shapes": [{"rows","n"}], "dtypes": ["f32"|"f16"|"bf16"], "kinds": [label], "topk_k",
-//!               "reps", "warmup", "quick", "accum": "f32", "eps", "copy_buffer_bytes", "copy_reps" },
+//!               "reps", "rounds" (the reps spread over them; 1 in reports before it existed), "warmup" (per
+//!               case and round), "quick", "accum": "f32", "eps", "copy_buffer_bytes", "copy_reps" },
 //!   "copy_bandwidth": { "buffer_bytes", "bytes_per_rep" (read + write), "timing" (over every copy),
 //!                       "gb_per_s" (of the median), "rounds" (sampled before the first case and after
 //!                       every shape x dtype; fractions are of this median) },
@@ -62,12 +63,20 @@ pub struct ConfigEcho {
     pub kinds: Vec<String>,
     pub topk_k: Option<usize>,
     pub reps: usize,
+    /// Rounds the timed runs were spread over, every case once per round (1: reports written
+    /// before rounds existed timed each case in one block).
+    #[serde(default = "one_round")]
+    pub rounds: usize,
     pub warmup: usize,
     pub quick: bool,
     pub accum: String,
     pub eps: f64,
     pub copy_buffer_bytes: usize,
     pub copy_reps: usize,
+}
+
+fn one_round() -> usize {
+    1
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -172,7 +181,14 @@ pub fn render_text(r: &Report) -> String {
         bw.bytes_per_rep as f64 / bw.timing.max_s / 1e9,
         bw.bytes_per_rep as f64 / bw.timing.min_s / 1e9,
     );
-    let _ = writeln!(s, "times: median of {} runs after {} warm-up; GB/s of compulsory bytes; accum f32\n", r.config.reps, r.config.warmup);
+    let _ = writeln!(
+        s,
+        "times: median of {} runs in {} round{} through each shape x dtype (every case per round, after {} warm-up); GB/s of compulsory bytes; accum f32\n",
+        r.config.reps,
+        r.config.rounds,
+        if r.config.rounds == 1 { "" } else { "s" },
+        r.config.warmup
+    );
     let _ = writeln!(
         s,
         "{:<11} {:<5} {:<18} {:<8} {:>11} {:>8} {:>6} {:>10} {:>12}",
@@ -245,6 +261,17 @@ mod tests {
             candle_layer_norm_ratio: None,
             counters: Counters::default(),
         }
+    }
+
+    /// Reports written before rounds existed (the committed ones included) still load, as
+    /// one round.
+    #[test]
+    fn reports_without_rounds_load_as_one_round() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/results/bench/norms-earlier-runs/1.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["config"].as_object_mut().unwrap().remove("rounds");
+        let r: Report = serde_json::from_value(v).unwrap();
+        assert_eq!(r.config.rounds, 1);
     }
 
     #[test]

@@ -1,6 +1,12 @@
 //! The benchmark driver: copy bandwidth first, then for each shape x dtype the candle-nn
 //! baselines and every norm kind forward and backward, all in one process so the numbers
 //! are comparable.
+//!
+//! The timed runs of one shape x dtype are spread over rounds, and each round runs every case
+//! (the baselines first) with its warm-up: a ratio to candle then compares times taken
+//! minutes apart at most, over the same stretch of the machine's load, instead of a
+//! baseline timed once before everything else. On the shared 2-core machine the same code
+//! moved by up to 1.6x between runs minutes apart.
 
 use candle_core::WithDType;
 use normlab_norms::{bf16, f16, Element, NormKind, NormSpec};
@@ -11,7 +17,7 @@ use crate::bench::cases::{kind_spec, spec_label, BenchDType, Direction, Shape, B
 use crate::bench::error::BenchError;
 use crate::bench::machine::{memory_from, Provenance};
 use crate::bench::report::{BaselineResult, CaseResult, ConfigEcho, Report, Summary, SCHEMA};
-use crate::bench::timing::measure;
+use crate::bench::timing::{reps_in_round, sample, summarize, Timing};
 use crate::bench::workload::Workload;
 
 /// What to run.
@@ -21,6 +27,9 @@ pub struct BenchConfig {
     pub dtypes: Vec<BenchDType>,
     pub kinds: Vec<NormSpec>,
     pub reps: usize,
+    /// Rounds the `reps` timed runs of every case are spread over (each round: every case
+    /// of the shape x dtype in turn, each with `warmup` untimed runs first). 1..=reps.
+    pub rounds: usize,
     pub warmup: usize,
     pub copy_buffer_bytes: usize,
     pub copy_reps: usize,
@@ -29,14 +38,20 @@ pub struct BenchConfig {
 
 impl BenchConfig {
     /// The benchmark: both shapes, f32/f16/bf16, every kind (top-k with k = 8),
-    /// 10 timed runs, a 256 MiB copy buffer.
+    /// 10 timed runs in 5 rounds, each after 3 warm-up runs, a 256 MiB copy buffer.
+    ///
+    /// Three warm-ups, because a case that follows another one starts from that case's cache
+    /// contents: with one, the f32 4096x1024 forwards (32 MiB of input and output, the size of
+    /// this machine's L3) were about 1.4x slower than timed in one block (rms 0.70 against
+    /// 0.47-0.48 ms); with three they are as fast (0.46-0.49 ms).
     pub fn full() -> Self {
         BenchConfig {
             shapes: FULL_SHAPES.to_vec(),
             dtypes: BenchDType::ALL.to_vec(),
             kinds: KIND_NAMES.iter().map(|k| kind_spec(k, DEFAULT_TOPK_K)).collect::<Result<_, _>>().unwrap_or_default(),
             reps: 10,
-            warmup: 1,
+            rounds: 5,
+            warmup: 3,
             copy_buffer_bytes: 256 << 20,
             copy_reps: 10,
             quick: false,
@@ -46,13 +61,22 @@ impl BenchConfig {
     /// Seconds, not minutes: one small shape, 3 timed runs, a 32 MiB copy buffer. For smoke
     /// tests: the numbers are not meaningful for the goals.
     pub fn quick() -> Self {
-        BenchConfig { shapes: QUICK_SHAPES.to_vec(), reps: 3, copy_buffer_bytes: 32 << 20, copy_reps: 3, quick: true, ..Self::full() }
+        BenchConfig {
+            shapes: QUICK_SHAPES.to_vec(),
+            reps: 3,
+            rounds: 1,
+            warmup: 1,
+            copy_buffer_bytes: 32 << 20,
+            copy_reps: 3,
+            quick: true,
+            ..Self::full()
+        }
     }
 
-    /// Progress steps of [`run`]: the copy, then per shape x dtype two baselines and each kind
-    /// forward and backward.
+    /// Progress steps of [`run`]: the copy, then per shape x dtype and round two baselines and
+    /// each kind forward and backward.
     pub fn steps(&self) -> u64 {
-        1 + (self.shapes.len() * self.dtypes.len() * (CandleOp::ALL.len() + self.kinds.len() * Direction::ALL.len())) as u64
+        1 + (self.shapes.len() * self.dtypes.len() * self.rounds * (CandleOp::ALL.len() + self.kinds.len() * Direction::ALL.len())) as u64
     }
 
     /// Refuse, before anything runs, what some case could not do (every refusal names the value).
@@ -62,6 +86,13 @@ impl BenchConfig {
         }
         if self.reps == 0 {
             return Err(BenchError::invalid("reps", 0, "need at least 1 timed run"));
+        }
+        if self.rounds == 0 || self.rounds > self.reps {
+            return Err(BenchError::invalid(
+                "rounds",
+                self.rounds,
+                format!("need 1..={} (the timed runs): every round times each case at least once", self.reps),
+            ));
         }
         let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| memory_from(&m));
         for s in &self.shapes {
@@ -92,6 +123,7 @@ impl BenchConfig {
                 _ => None,
             }),
             reps: self.reps,
+            rounds: self.rounds,
             warmup: self.warmup,
             quick: self.quick,
             accum: "f32".into(),
@@ -143,7 +175,8 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, 
     Ok(Report { schema: SCHEMA.into(), provenance, config: cfg.echo(), copy_bandwidth: copy, cases, baselines, summary })
 }
 
-/// One shape and dtype: baselines first (then their tensors are freed), then our kinds.
+/// One shape and dtype, in `cfg.rounds` rounds: each round times the baselines, then every
+/// kind forward and backward, each after its warm-up (see the module doc).
 fn run_one<T: Element + WithDType>(
     cfg: &BenchConfig,
     shape: Shape,
@@ -152,50 +185,65 @@ fn run_one<T: Element + WithDType>(
 ) -> Result<(Vec<BaselineResult>, Vec<CaseResult>), BenchError> {
     let gbs = |bytes: usize, t: f64| bytes as f64 / t / 1e9;
     let mut w = Workload::<T>::new(shape);
-    let mut baselines = Vec::new();
-    {
-        let candle = CandleBaseline::new(&w)?;
-        for op in CandleOp::ALL {
-            progress(&format!("{shape} {dtype} {}", op.name()));
-            let timing = measure(cfg.warmup, cfg.reps, || candle.run(op).map(drop))?;
-            let bytes = Direction::Forward.compulsory_bytes(shape, dtype);
-            let g = gbs(bytes, timing.median_s);
-            // fraction_of_copy: set by `run` once the copy has been sampled over the whole run.
-            baselines.push(BaselineResult { shape, dtype, op, timing, bytes, gb_per_s: g, fraction_of_copy: f64::NAN });
+    let candle = CandleBaseline::new(&w)?;
+    let mut base_times = vec![Vec::with_capacity(cfg.reps); CandleOp::ALL.len()];
+    let cases_in = |spec: usize, dir: usize| spec * Direction::ALL.len() + dir;
+    let mut case_times = vec![Vec::with_capacity(cfg.reps); cfg.kinds.len() * Direction::ALL.len()];
+    let mut case_counters = vec![Default::default(); case_times.len()];
+    for round in 0..cfg.rounds {
+        let reps = reps_in_round(cfg.reps, cfg.rounds, round);
+        let of = |label: &str| if cfg.rounds > 1 { format!("{label} (round {}/{})", round + 1, cfg.rounds) } else { label.to_string() };
+        for (op, times) in CandleOp::ALL.into_iter().zip(&mut base_times) {
+            progress(&of(&format!("{shape} {dtype} {}", op.name())));
+            sample(cfg.warmup, reps, times, || candle.run(op).map(drop))?;
+        }
+        for (i, spec) in cfg.kinds.iter().enumerate() {
+            for (d, dir) in Direction::ALL.into_iter().enumerate() {
+                progress(&of(&format!("{shape} {dtype} {} {}", spec_label(spec), dir.name())));
+                let (times, counters) = (&mut case_times[cases_in(i, d)], &mut case_counters[cases_in(i, d)]);
+                match dir {
+                    Direction::Forward => sample(cfg.warmup, reps, times, || w.forward(spec).map(|c| *counters = c))?,
+                    Direction::Backward => {
+                        w.forward(spec)?; // the statistics the backward reads
+                        sample(cfg.warmup, reps, times, || w.backward(spec).map(|c| *counters = c))?
+                    }
+                }
+                std::hint::black_box((&w.y, &w.dx));
+            }
         }
     }
+    drop(candle);
+    let bytes = Direction::Forward.compulsory_bytes(shape, dtype);
+    let baselines: Vec<BaselineResult> = CandleOp::ALL
+        .into_iter()
+        .zip(&mut base_times)
+        .map(|(op, times)| {
+            let timing = summarize(times);
+            // fraction_of_copy: set by `run` once the copy has been sampled over the whole run.
+            BaselineResult { shape, dtype, op, timing, bytes, gb_per_s: gbs(bytes, timing.median_s), fraction_of_copy: f64::NAN }
+        })
+        .collect();
     let baseline_median = |op: CandleOp| baselines.iter().find(|b| b.op == op).map(|b| b.timing.median_s);
     let (rms_t, layer_t) = (baseline_median(CandleOp::RmsNorm), baseline_median(CandleOp::LayerNorm));
     let mut cases = Vec::new();
-    for spec in &cfg.kinds {
-        let label = spec_label(spec);
-        for dir in Direction::ALL {
-            progress(&format!("{shape} {dtype} {label} {}", dir.name()));
-            let mut counters = Default::default();
-            let timing = match dir {
-                Direction::Forward => measure(cfg.warmup, cfg.reps, || w.forward(spec).map(|c| counters = c))?,
-                Direction::Backward => {
-                    w.forward(spec)?; // the statistics the backward reads
-                    measure(cfg.warmup, cfg.reps, || w.backward(spec).map(|c| counters = c))?
-                }
-            };
-            std::hint::black_box((&w.y, &w.dx));
+    for (i, spec) in cfg.kinds.iter().enumerate() {
+        for (d, dir) in Direction::ALL.into_iter().enumerate() {
+            let timing: Timing = summarize(&mut case_times[cases_in(i, d)]);
             let bytes = dir.compulsory_bytes(shape, dtype);
-            let g = gbs(bytes, timing.median_s);
             let ratio = |t: Option<f64>| (dir == Direction::Forward).then_some(t).flatten().map(|t| t / timing.median_s);
             cases.push(CaseResult {
                 shape,
                 dtype,
-                kind: label.clone(),
+                kind: spec_label(spec),
                 spec: *spec,
                 direction: dir,
                 timing,
                 bytes,
-                gb_per_s: g,
+                gb_per_s: gbs(bytes, timing.median_s),
                 fraction_of_copy: f64::NAN, // set by `run`
                 candle_rms_norm_ratio: ratio(rms_t),
                 candle_layer_norm_ratio: ratio(layer_t),
-                counters,
+                counters: case_counters[cases_in(i, d)],
             });
         }
     }
@@ -234,6 +282,35 @@ mod tests {
         let json = serde_json::to_string(&r).unwrap();
         let back: Report = serde_json::from_str(&json).unwrap();
         assert_eq!(back.cases.len(), r.cases.len());
+    }
+
+    /// Each round visits every case once (baselines first), and every case ends with exactly
+    /// `reps` timed runs however they were split.
+    #[test]
+    fn rounds_visit_every_case_in_turn() {
+        let cfg = BenchConfig { dtypes: vec![BenchDType::F32], kinds: vec![kind_spec("l1", 8).unwrap()], reps: 5, rounds: 3, ..tiny() };
+        let mut labels = Vec::new();
+        let r = run(&cfg, &mut |l| labels.push(l.to_string())).unwrap();
+        assert_eq!(labels.len() as u64, cfg.steps());
+        let per_round = CandleOp::ALL.len() + Direction::ALL.len();
+        assert_eq!(labels.len(), 1 + 3 * per_round);
+        for (i, l) in labels[1..].iter().enumerate() {
+            let (round, pos) = (i / per_round, i % per_round);
+            assert!(l.ends_with(&format!("(round {}/3)", round + 1)), "{i}: {l}");
+            let expect = ["candle rms_norm", "candle layer_norm", "l1 forward", "l1 backward"][pos];
+            assert!(l.contains(expect), "{i}: {l} (expected {expect})");
+        }
+        assert!(r.cases.iter().all(|c| c.timing.reps == 5) && r.baselines.iter().all(|b| b.timing.reps == 5));
+        assert_eq!(r.config.rounds, 3);
+    }
+
+    #[test]
+    fn refuses_more_rounds_than_runs() {
+        for rounds in [0, 3] {
+            let cfg = BenchConfig { reps: 2, rounds, ..tiny() };
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(e.contains("rounds") && e.contains(&rounds.to_string()), "{e}");
+        }
     }
 
     #[cfg(target_os = "linux")]

@@ -13,18 +13,30 @@ pub struct Timing {
 
 /// Run `f` `warmup` times untimed, then `reps` times timed (at least once). The first error
 /// stops the measurement.
-pub fn measure<E>(warmup: usize, reps: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
+pub fn measure<E>(warmup: usize, reps: usize, f: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
+    let mut times = Vec::with_capacity(reps.max(1));
+    sample(warmup, reps.max(1), &mut times, f)?;
+    Ok(summarize(&mut times))
+}
+
+/// Run `f` `warmup` times untimed, then `reps` times timed, appending the times to `times`:
+/// one round of a measurement spread over several (see `run`). The first error stops it.
+pub fn sample<E>(warmup: usize, reps: usize, times: &mut Vec<f64>, mut f: impl FnMut() -> Result<(), E>) -> Result<(), E> {
     for _ in 0..warmup {
         f()?;
     }
-    let reps = reps.max(1);
-    let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
         let t0 = Instant::now();
         f()?;
         times.push(t0.elapsed().as_secs_f64());
     }
-    Ok(summarize(&mut times))
+    Ok(())
+}
+
+/// The timed runs of round `round` (0-based) when `reps` runs are spread over `rounds` rounds:
+/// as even as possible, the first `reps % rounds` rounds one more.
+pub fn reps_in_round(reps: usize, rounds: usize, round: usize) -> usize {
+    reps / rounds + usize::from(round < reps % rounds)
 }
 
 /// Median (mean of the two middle values for an even count), min and max of `times`.
@@ -45,6 +57,30 @@ mod tests {
         assert_eq!((t.median_s, t.min_s, t.max_s, t.reps), (2.0, 1.0, 3.0, 3));
         let t = summarize(&mut [4.0, 1.0, 3.0, 2.0]);
         assert_eq!(t.median_s, 2.5);
+    }
+
+    #[test]
+    fn rounds_share_the_runs() {
+        for (reps, rounds) in [(10, 5), (10, 3), (7, 7), (3, 1), (11, 4)] {
+            let shares: Vec<usize> = (0..rounds).map(|r| reps_in_round(reps, rounds, r)).collect();
+            assert_eq!(shares.iter().sum::<usize>(), reps, "{reps} in {rounds}: {shares:?}");
+            assert!(shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1, "{shares:?}");
+            assert!(shares.iter().all(|&s| s >= 1), "{shares:?}");
+        }
+    }
+
+    #[test]
+    fn sample_appends_and_stops_on_error() {
+        let mut times = vec![1.0];
+        let mut calls = 0;
+        sample::<()>(1, 3, &mut times, || {
+            calls += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((calls, times.len(), times[0]), (4, 4, 1.0));
+        let r = sample(0, 3, &mut times, || Err("boom"));
+        assert_eq!((r, times.len()), (Err("boom"), 4));
     }
 
     #[test]

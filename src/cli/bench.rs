@@ -128,9 +128,14 @@ pub struct NormsArgs {
     /// Timed runs per case (the median is reported) [default: 10; --quick: 3].
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Untimed warm-up runs per case.
-    #[arg(long, default_value_t = 1)]
-    pub warmup: usize,
+    /// Rounds the timed runs are spread over: each round times every case of a shape x dtype
+    /// in turn (candle first), so the ratios compare times taken in the same stretch of the
+    /// machine's load [default: 5; --quick: 1]; 1..=reps.
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Untimed warm-up runs per case, in every round [default: 3; --quick: 1].
+    #[arg(long)]
+    pub warmup: Option<usize>,
     /// Size of the copy-bandwidth buffer in MiB [default: 256; --quick: 32].
     #[arg(long)]
     pub copy_mib: Option<usize>,
@@ -165,7 +170,22 @@ pub fn config(args: &NormsArgs) -> Result<BenchConfig, CliError> {
         }
         cfg.reps = r;
     }
-    cfg.warmup = args.warmup;
+    match args.rounds {
+        Some(0) => return Err(CliError::InvalidArg { flag: "--rounds", value: "0".into(), why: "need at least 1 round".into() }),
+        Some(r) if r > cfg.reps => {
+            return Err(CliError::InvalidArg {
+                flag: "--rounds",
+                value: r.to_string(),
+                why: format!("more rounds than timed runs ({}): every round times each case at least once", cfg.reps),
+            })
+        }
+        Some(r) => cfg.rounds = r,
+        // Fewer timed runs than the default rounds (--reps 3): one run per round.
+        None => cfg.rounds = cfg.rounds.min(cfg.reps),
+    }
+    if let Some(w) = args.warmup {
+        cfg.warmup = w;
+    }
     if let Some(m) = args.copy_mib {
         if m == 0 || m > 1 << 16 {
             return Err(CliError::InvalidArg { flag: "--copy-mib", value: m.to_string(), why: "need 1..=65536 MiB".into() });
