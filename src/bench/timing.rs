@@ -11,14 +11,6 @@ pub struct Timing {
     pub reps: usize,
 }
 
-/// Run `f` `warmup` times untimed, then `reps` times timed (at least once). The first error
-/// stops the measurement.
-pub fn measure<E>(warmup: usize, reps: usize, f: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
-    let mut times = Vec::with_capacity(reps.max(1));
-    sample(warmup, reps.max(1), &mut times, f)?;
-    Ok(summarize(&mut times))
-}
-
 /// Run `f` `warmup` times untimed, then `reps` times timed, appending the times to `times`:
 /// one round of a measurement spread over several (see `run`). The first error stops it.
 pub fn sample<E>(warmup: usize, reps: usize, times: &mut Vec<f64>, mut f: impl FnMut() -> Result<(), E>) -> Result<(), E> {
@@ -86,14 +78,15 @@ mod tests {
     #[test]
     fn counts_calls_and_stops_on_error() {
         let mut calls = 0;
-        let t = measure::<()>(2, 5, || {
+        let mut times = Vec::new();
+        sample::<()>(2, 5, &mut times, || {
             calls += 1;
             Ok(())
         })
         .unwrap();
-        assert_eq!((calls, t.reps), (7, 5));
+        assert_eq!((calls, summarize(&mut times).reps), (7, 5));
         let mut calls = 0;
-        let r = measure(1, 5, || {
+        let r = sample(1, 5, &mut Vec::new(), || {
             calls += 1;
             if calls == 3 { Err("boom") } else { Ok(()) }
         });
