@@ -486,6 +486,7 @@ unsafe fn sum_and_keep<V: F32x16, S: Storage>(
     let word = |w: usize| (mp.add(4 * w) as *const u64).read_unaligned();
     let mut kept = 0usize;
     let mut listed = [0u16; 64];
+    let last = cand.len() - 1;
     for start in (0..words).step_by(listed.len()) {
         let end = words.min(start + listed.len());
         let mut hit_words = 0usize;
@@ -498,7 +499,6 @@ unsafe fn sum_and_keep<V: F32x16, S: Storage>(
         // no second hit, the first is written again one place on and not counted. (That place
         // exists: a word with a single hit has at least 15 values that are not, so fewer than
         // n - 1 candidates come before it.)
-        let last = cand.len() - 1;
         for &l in listed.get_unchecked(..hit_words) {
             let w = start + l as usize;
             let bits = word(w);
