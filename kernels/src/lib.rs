@@ -13,12 +13,15 @@
 //!   descriptor table, block prefix sums, typed errors, per-matrix reports.
 //! - [`residual`]: host side of the fused nGPT/anGPT residual updates (`src/cuda/residual.cu`):
 //!   launch planning with typed errors, parameter structs, per-row statistics.
+//! - [`bounds`]: the forward error bound against the f64 reference, shared by the emulator
+//!   tests and `normlab gpu-check`.
 //! - [`cpu`]: execution of the very same .cu files on the CPU through the SIMT emulator
 //!   (`src/cuda/simt_cpu.h`), used by the tests against normlab-norms' f64 reference.
 //!
 //! See `kernels/README.md` for the thread mappings, byte counts and the compile-gate report.
 
 pub mod batch;
+pub mod bounds;
 pub mod cpu;
 pub mod error;
 pub mod list;

@@ -3,7 +3,8 @@
 //!
 //! Bounds (the row kernels' bounds, kernels/README.md, with a channel in the role of a row):
 //! - forward y within 1 ulp of the output type, plus `2^-20 (|x̂ w| + |b|)` when a bias is added
-//!   (the sum can cancel in fp32);
+//!   (the sum can cancel in fp32) and `2^-20 mean|x̂| |w|` over the channel for centred kinds
+//!   (the absolute error of the fp32 mean; `normlab_kernels::bounds`);
 //! - saved statistics: mean (hi + lo) and D within `2^-20` relative (+ `2^-40` absolute);
 //! - running statistics within `2^-20` relative of the reference's, plus `2^-40 (1 + eps)`
 //!   absolute: the kernel folds in the f64 statistic itself (variance, sigma), the reference
@@ -25,6 +26,7 @@ use common::{Data, Rng, H};
 use half::{bf16, f16};
 use normlab_kernels::batch::cpu as bcpu;
 use normlab_kernels::batch::{BatchNorm, BatchTuning, Saved};
+use normlab_kernels::bounds;
 use normlab_kernels::cpu::{EmuOptions, Order};
 use normlab_kernels::plan::Device;
 use normlab_kernels::{list, KernelError};
@@ -196,11 +198,8 @@ fn check_case<T: H>(norm: &BatchNorm, c: &Case, seed: u64, order: Order) -> [f64
     let (yhat, _) = ref_forward(norm, l, &x64, None, None, Mode::Train, None);
 
     // Forward.
-    let slack = |i: usize| match &b64 {
-        Some(b) => 2f64.powi(-20) * ((y_ref[i] - b[(i / l.spatial()) % ch]).abs() + b[(i / l.spatial()) % ch].abs()),
-        None => 0.0,
-    };
-    let (fwd, at) = ulp_err(&k.y, &y_ref, &slack);
+    let slack = bounds::batch_forward_slack(norm, &l, &y_ref, b64.as_deref());
+    let (fwd, at) = ulp_err(&k.y, &y_ref, &|i| slack[i]);
     assert!(fwd <= 1.0, "{what}: forward {fwd} ulp at {at}: got {:?}, want {} (x = {:?})", k.y[at], y_ref[at], x[at]);
 
     // Saved statistics (spec kinds: the reference's RowStats).
@@ -441,8 +440,8 @@ fn eval_mode_forward_and_backward() {
                 let (x64, dy64, w64, b64) = (to64(&x), to64(&dy), w.as_deref().map(to64), to64(&b));
                 let (y_ref, st_ref) = ref_forward(norm, l, &x64, w64.as_deref(), Some(&b64), Mode::Eval, Some(&mut run.clone()));
                 let (yhat, _) = ref_forward(norm, l, &x64, None, None, Mode::Eval, Some(&mut run.clone()));
-                let slack = |i: usize| 2f64.powi(-20) * ((y_ref[i] - b64[(i / l.spatial()) % ch]).abs() + b64[(i / l.spatial()) % ch].abs());
-                let (e, at) = ulp_err(&y, &y_ref, &slack);
+                let slack = bounds::batch_forward_slack(norm, &l, &y_ref, Some(&b64));
+                let (e, at) = ulp_err(&y, &y_ref, &|i| slack[i]);
                 assert!(e <= 1.0, "{what}: eval forward {e} ulp at {at}: {:?} vs {}", y[at], y_ref[at]);
                 let mut dx = vec![f16::ZERO; l.len()];
                 let mut dw = vec![f16::ZERO; ch];
@@ -556,8 +555,8 @@ fn check_given<T: H>(norm: &BatchNorm, c: &Case, xb: &[T], seed: u64) {
     let (x64, dy64, w64, b64) = (to64(x), to64(dy), w.as_deref().map(to64), to64(&b));
     let mut run_ref = run0.clone();
     let (y_ref, st_ref) = ref_forward(norm, l, &x64, w64.as_deref(), Some(&b64), Mode::Train, Some(&mut run_ref));
-    let slack = |i: usize| 2f64.powi(-20) * ((y_ref[i] - b64[(i / l.spatial()) % ch]).abs() + b64[(i / l.spatial()) % ch].abs());
-    let (e, at) = ulp_err(&k.y, &y_ref, &slack);
+    let slack = bounds::batch_forward_slack(norm, &l, &y_ref, Some(&b64));
+    let (e, at) = ulp_err(&k.y, &y_ref, &|i| slack[i]);
     assert!(e <= 1.0, "{what}: forward {e} ulp at {at} (channel {}): {:?} vs {}", (at / l.spatial()) % ch, k.y[at], y_ref[at]);
     for (i, (g, r)) in k.run.mean.iter().zip(&run_ref.mean).chain(k.run.spread.iter().zip(&run_ref.spread)).enumerate() {
         assert!(r.is_nan() == g.is_nan() && (r.is_nan() || (g - r).abs() <= 2f64.powi(-20) * r.abs() + 1e-12), "{what}: running value {i}: {g} vs {r}");
