@@ -290,6 +290,16 @@ fn sum_slack(n: usize) -> f64 {
     1.0 + (n as f64 + 128.0) * 2f64.powi(-23)
 }
 
+/// Whether a centred row's `check` (the lane sum of `|z|`, `hi` added) is surely finite, so
+/// that it need not be computed: `check` only decides the rescue (`kernel::needs_rescue`), and
+/// it is non-finite only when a value is NaN or infinite (then `hi` or `lo` is too: their sums
+/// see every value) or when the sum overflows, which `n max|z|` with the sum's slack bounds.
+/// A row that fails this gets the sum, so the decision is always `stats::compute`'s.
+fn check_sum_unneeded(hi: f32, lo: f32, z_max: f32, n: usize) -> bool {
+    let bound = (n as f64 * z_max as f64 * sum_slack(n) + (hi as f64).abs()) * 2.0;
+    hi.is_finite() && lo.is_finite() && bound <= f32::MAX as f64
+}
+
 /// Absolute slack of the bounds: covers squares that underflowed (each below 2^-149, so at most
 /// `sqrt(n) 2^-74.5` on a root for any n < 2^69).
 const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
@@ -323,6 +333,18 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut
         NormKind::TopK { k } if stats::uses_lane_maxima(n, k) => {
             let (lo, stat, check) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, abs, marks);
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), check as f64 * sum_slack(n) + ABS_SLACK)
+        }
+        NormKind::LInf if ctx.centred => {
+            let (lo, maxima) = lo_and_lane_max_abs::<V, S>(ctx, x, hi);
+            let stat = lanes::max_of(maxima.to_array());
+            // `check`, the lane sum of |z|, is only needed where it may be non-finite.
+            let check = if check_sum_unneeded(hi, lo, stat, n) {
+                stat
+            } else {
+                let (h, l) = (V::splat(hi), V::splat(lo));
+                sum::<V, S>(x, |v| ((v - h) - l).abs())
+            };
+            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), stat as f64)
         }
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
             let lo = if ctx.centred {
@@ -401,9 +423,7 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// with AVX-512). The mean of those k values does not depend on how they were found.
 ///
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
-/// for `lo`: it also keeps each lane's largest and smallest `t`, and since `z = fl(t - lo)` is
-/// monotone in `t` and rounding is symmetric, a lane's largest `|z|` is exactly
-/// `max(fl(t_max - lo), fl(lo - t_min))`. Uncentred (`z = x`), one pass takes the maxima of
+/// for `lo` ([`lo_and_lane_max_abs`]). Uncentred (`z = x`), one pass takes the maxima of
 /// `|x|`. Either way the maxima are those of `|z|` itself, never NaN (`max_gt`/`min_lt` skip
 /// it; a row with a NaN or an infinity has a non-finite sum and is rescued anyway).
 #[inline(always)]
@@ -415,19 +435,8 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     cand: &mut [f32],
     marks: &mut [f32],
 ) -> (f32, f32, f32) {
-    let zero = V::splat(0.0);
     let (lo, maxima) = if ctx.centred {
-        let h = V::splat(hi);
-        let init = [zero, V::splat(f32::NEG_INFINITY), V::splat(f32::INFINITY)];
-        let [d, t_max, t_min] = fold_from::<V, S, 3>(x, init, |v, [d, mx, mn]| {
-            let t = v - h;
-            [d + t, V::max_gt(t, mx), V::min_lt(t, mn)]
-        });
-        let lo = lanes::combine(d.to_array()) * ctx.inv_n;
-        let l = V::splat(lo);
-        // Clamped at +0: a lane whose values were all NaN has no maximum (and a NaN row is
-        // rescued), and `max_gt` turns -0 into +0, as the maxima of `|z|` start.
-        (lo, V::max_gt(V::max_gt(t_max - l, l - t_min), zero))
+        lo_and_lane_max_abs::<V, S>(ctx, x, hi)
     } else {
         let [m] = fold::<V, S, 1>(x, |v, [m]| [V::max_gt(v.abs(), m)]);
         (0.0, m)
@@ -440,6 +449,27 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
         sum_and_keep::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, marks)
     };
     (lo, stat, check)
+}
+
+/// `lo` of a centred row (`hi` given) and each lane's largest `|z|`, from the one pass that
+/// sums `t = x - hi`: it also keeps each lane's largest and smallest `t`, and since
+/// `z = fl(t - lo)` is monotone in `t` and rounding is symmetric, a lane's largest `|z|` is
+/// exactly `max(fl(t_max - lo), fl(lo - t_min))`. Never NaN (`max_gt`/`min_lt` skip it; a row
+/// with a NaN or an infinity has a non-finite `hi` or `lo`, which the callers check).
+#[inline(always)]
+unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32) -> (f32, V) {
+    let zero = V::splat(0.0);
+    let h = V::splat(hi);
+    let init = [zero, V::splat(f32::NEG_INFINITY), V::splat(f32::INFINITY)];
+    let [d, t_max, t_min] = fold_from::<V, S, 3>(x, init, |v, [d, mx, mn]| {
+        let t = v - h;
+        [d + t, V::max_gt(t, mx), V::min_lt(t, mn)]
+    });
+    let lo = lanes::combine(d.to_array()) * ctx.inv_n;
+    let l = V::splat(lo);
+    // Clamped at +0: a lane whose values were all NaN has no maximum (and a NaN row is
+    // rescued), and `max_gt` turns -0 into +0, as the maxima of `|z|` start.
+    (lo, V::max_gt(V::max_gt(t_max - l, l - t_min), zero))
 }
 
 /// The pass of [`top_k_lane_maxima`] that sums `|z| = z_abs(x)` and finds the values `>= t0`,
