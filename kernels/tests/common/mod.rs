@@ -152,7 +152,10 @@ pub fn kernel_forward<T: H>(
 /// g++) into the test's temporary directory; panics with the compiler's output on failure.
 pub fn compile_cxx(src: &str, out_name: &str, flags: &[&str]) -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(out_name);
+    // `option_env!`: this file is also compiled into examples/centred_bound_sweep.rs, where
+    // Cargo sets no test directory (the example compiles no C++; the system one would do).
+    let tmp = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    let out = tmp.join(out_name);
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
     let o = std::process::Command::new(&cxx)
         .args(["-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-g"])
