@@ -160,7 +160,12 @@ pub(crate) fn rows_at<S: Storage>(
         unsafe fn avx2<S: Storage>(
             ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
         ) -> Counters {
-            rows::<super::simd::avx2::Avx2, S>(ctx, xc, yc, sc, w, b, scr)
+            // bf16 widens and rounds without shuffles when the even and odd lanes are apart.
+            if same::<S, half::bf16>() {
+                rows::<super::simd::avx2_even_odd::Avx2EvenOdd, S>(ctx, xc, yc, sc, w, b, scr)
+            } else {
+                rows::<super::simd::avx2::Avx2, S>(ctx, xc, yc, sc, w, b, scr)
+            }
         }
         #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
         unsafe fn avx512<S: Storage>(
@@ -200,8 +205,17 @@ unsafe fn rows<V: F32x16, S: Storage>(
         None => 0.0,
     };
     let affine_max = (w_max, b_max);
-    for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
-        match row::<V, S>(ctx, xr, yr, w, b, affine_max, &mut scr.a, &mut scr.b) {
+    // The sum of the row's values (`hi` before the division by n), when the row before
+    // computed it ([`fold_with_next`]).
+    let mut sum_ahead = None;
+    for (r, ((yr, xr), st)) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()).enumerate() {
+        // Streamed rows store their groups from the first aligned address (`store_row`).
+        let head = if ctx.stream_output && n >= W { stream_head(yr.as_ptr()) } else { 0 };
+        let affine = scr.lanes.affine::<V>(w, b, head);
+        let next = if ctx.centred { xc.get((r + 1) * n..(r + 2) * n) } else { None };
+        let (done, next_sum) = row::<V, S>(ctx, xr, yr, &affine, affine_max, &mut scr.a, &mut scr.b, sum_ahead.take(), next);
+        sum_ahead = next_sum;
+        match done {
             Some((stats, bad)) => {
                 *st = stats;
                 c.nonfinite_out += bad;
@@ -228,6 +242,64 @@ thread_local! {
     static RESCUED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// A worker's copy of the affine weight and bias in register order ([`F32x16::store_lanes`]),
+/// for the groups of [`store_groups`], which start `head` values into the row. With a layout
+/// that reorders lanes, reading them in memory order would cost shuffles in every row's store
+/// pass; the copy is made once per worker (a [`Scratch`] lives for one call), and again only
+/// for a row whose `head` differs, as streamed rows can when their byte length is not a
+/// multiple of 32. Unused (empty) with the other layouts.
+pub(crate) struct LaneAffine<A> {
+    head: Option<usize>,
+    w: Vec<A>,
+    b: Vec<A>,
+}
+
+impl<A> Default for LaneAffine<A> {
+    fn default() -> Self {
+        LaneAffine { head: None, w: Vec::new(), b: Vec::new() }
+    }
+}
+
+impl LaneAffine<f32> {
+    /// The affine terms of a row whose groups start at `head`.
+    #[inline(always)]
+    unsafe fn affine<'a, V: F32x16>(&'a mut self, w: Option<&'a [f32]>, b: Option<&'a [f32]>, head: usize) -> RowAffine<'a> {
+        let (w, b) = (w.unwrap_or(&[]), b.unwrap_or(&[]));
+        if !V::REORDERS {
+            return RowAffine { head, w, b, wl: w.get(head..).unwrap_or(&[]), bl: b.get(head..).unwrap_or(&[]) };
+        }
+        if self.head != Some(head) {
+            in_lane_order::<V>(w, head, &mut self.w);
+            in_lane_order::<V>(b, head, &mut self.b);
+            self.head = Some(head);
+        }
+        RowAffine { head, w, b, wl: &self.w, bl: &self.b }
+    }
+}
+
+/// The whole groups of 16 of `v[head..]` into `out`, each in register order.
+#[inline(always)]
+unsafe fn in_lane_order<V: F32x16>(v: &[f32], head: usize, out: &mut Vec<f32>) {
+    let groups = v.len().saturating_sub(head) / W;
+    out.clear();
+    out.resize(groups * W, 0.0);
+    for g in 0..groups {
+        V::load_f32(v.as_ptr().add(head + g * W)).store_lanes(out.as_mut_ptr().add(g * W));
+    }
+}
+
+/// The affine terms of a row (empty when absent): `w` and `b` in memory order, `wl` and `bl`
+/// those from the row's `head` on, in register order ([`LaneAffine`]). `head`: where the
+/// row's groups start ([`store_row`]).
+#[derive(Clone, Copy)]
+struct RowAffine<'a> {
+    head: usize,
+    w: &'a [f32],
+    b: &'a [f32],
+    wl: &'a [f32],
+    bl: &'a [f32],
+}
+
 /// The largest `|v|` of a weight or bias (infinity if some value is NaN or infinite).
 #[inline(always)]
 unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
@@ -249,25 +321,28 @@ unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
 /// One row: statistics, then the normalized output with the number of non-finite values in
 /// it; `None` (nothing written) when the statistics need the generic kernel's rescue.
 /// `affine_max`: the largest `|w_j|` (1 without a weight) and `|b_j|` (0 without a bias).
+/// `sum`: the sum of the row's values if already known (centred rows); `next`: the next row of
+/// the task, whose sum is then computed along (returned second: [`fold_with_next`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn row<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
     x: &[S],
     y: &mut [S],
-    w: Option<&[f32]>,
-    b: Option<&[f32]>,
+    affine: &RowAffine,
     affine_max: (f64, f64),
     abs: &mut [f32],
     marks: &mut [f32],
-) -> Option<(RowStats, u64)> {
-    let (raw, z_max) = raw_stats::<V, S>(ctx, x, abs, marks);
+    sum: Option<f32>,
+    next: Option<&[S]>,
+) -> (Option<(RowStats, u64)>, Option<f32>) {
+    let (raw, z_max, next_sum) = raw_stats::<V, S>(ctx, x, abs, marks, sum, next);
     if needs_rescue(ctx, &raw) {
-        return None;
+        return (None, next_sum);
     }
     let check = !outputs_surely_finite::<S>(z_max, raw.s, affine_max);
-    let bad = normalize_store::<V, S>(ctx, x, y, &raw, w, b, check);
-    Some((raw.widen(0), bad))
+    let bad = normalize_store::<V, S>(ctx, x, y, &raw, affine, check);
+    (Some((raw.widen(0), bad)), next_sum)
 }
 
 /// Whether every output `((z * s) * w) + b` of a row is finite in the storage type, given an
@@ -308,34 +383,50 @@ const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
 /// same values, and the same `finish_*`. Also returns an upper bound of `|z|` over the row
 /// (`z` the centred value the output is made of; meaningful when the statistics are finite),
 /// from the statistics at hand: the root of the sum of squares, the sum or the maximum of `|z|`.
+///
+/// Centred, `hi` is the sum of the values (`row_sum` when the caller has it) over n, and the
+/// pass that sums `x - hi` also sums `next` when given (the next row: [`fold_with_next`]),
+/// returned third.
 #[inline(always)]
-unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut [f32], marks: &mut [f32]) -> (Raw<f32>, f64) {
+unsafe fn raw_stats<V: F32x16, S: Storage>(
+    ctx: &RowCtx<f32>,
+    x: &[S],
+    abs: &mut [f32],
+    marks: &mut [f32],
+    row_sum: Option<f32>,
+    next: Option<&[S]>,
+) -> (Raw<f32>, f64, Option<f32>) {
     let eps = ctx.eps as f32;
     let inv_n = ctx.inv_n;
     let n = x.len();
-    let hi = if ctx.centred { sum::<V, S>(x, |v| v) * inv_n } else { 0.0 };
-    match ctx.kind {
+    let hi = if ctx.centred { row_sum.unwrap_or_else(|| sum::<V, S>(x, |v| v)) * inv_n } else { 0.0 };
+    let mut next_sum = None;
+    let (raw, z_max) = match ctx.kind {
         NormKind::Rms | NormKind::UnitL2 => {
             let q = sum::<V, S>(x, |v| v * v);
             (stats::finish_l2(ctx, hi, q, eps), (q as f64 * sum_slack(n)).sqrt() + ABS_SLACK)
         }
         NormKind::Layer => {
             let h = V::splat(hi);
-            let [d, q] = fold::<V, S, 2>(x, |v, [d, q]| {
+            let zero = V::splat(0.0);
+            let ([d, q], ahead) = fold_with_next::<V, S, 2>(x, [zero; 2], |v, [d, q]| {
                 let t = v - h;
                 [d + t, q + t * t]
-            });
+            }, next);
+            next_sum = ahead;
             let raw = stats::finish_layer(ctx, hi, lanes::combine(d.to_array()), lanes::combine(q.to_array()), eps);
             // |t| <= sqrt(sum t^2) for t = x - hi, and z = t - lo rounds once.
             let t_max = (raw.sumsq as f64 * sum_slack(n)).sqrt() + ABS_SLACK;
             (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
         }
         NormKind::TopK { k } if stats::uses_lane_maxima(n, k) => {
-            let (lo, stat, check) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, abs, marks);
+            let (lo, stat, check, ahead) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, abs, marks, next);
+            next_sum = ahead;
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), check as f64 * sum_slack(n) + ABS_SLACK)
         }
         NormKind::LInf if ctx.centred => {
-            let (lo, maxima) = lo_and_lane_max_abs::<V, S>(ctx, x, hi);
+            let (lo, maxima, ahead) = lo_and_lane_max_abs::<V, S>(ctx, x, hi, next);
+            next_sum = ahead;
             let stat = lanes::max_of(maxima.to_array());
             // `check`, the lane sum of |z|, is only needed where it may be non-finite.
             let check = if check_sum_unneeded(hi, lo, stat, n) {
@@ -349,7 +440,9 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
             let lo = if ctx.centred {
                 let h = V::splat(hi);
-                sum::<V, S>(x, |v| v - h) * inv_n
+                let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], |v, [d]| [d + (v - h)], next);
+                next_sum = ahead;
+                lanes::combine(d.to_array()) * inv_n
             } else {
                 0.0
             };
@@ -364,7 +457,8 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], abs: &mut
             let z_max = if ctx.kind == NormKind::LInf { stat as f64 } else { check as f64 * sum_slack(n) + ABS_SLACK };
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), z_max)
         }
-    }
+    };
+    (raw, z_max, next_sum)
 }
 
 /// `(statistic, check)` of L1, L-inf or Top-k from `|z| = z_abs(v)`: the mean, the maximum or
@@ -434,12 +528,13 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     hi: f32,
     cand: &mut [f32],
     marks: &mut [f32],
-) -> (f32, f32, f32) {
-    let (lo, maxima) = if ctx.centred {
-        lo_and_lane_max_abs::<V, S>(ctx, x, hi)
+    next: Option<&[S]>,
+) -> (f32, f32, f32, Option<f32>) {
+    let (lo, maxima, next_sum) = if ctx.centred {
+        lo_and_lane_max_abs::<V, S>(ctx, x, hi, next)
     } else {
         let [m] = fold::<V, S, 1>(x, |v, [m]| [V::max_gt(v.abs(), m)]);
-        (0.0, m)
+        (0.0, m, None)
     };
     let t0 = maxima.kth_largest_magnitude(k);
     let (stat, check) = if ctx.centred {
@@ -448,7 +543,7 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     } else {
         sum_and_keep::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, marks)
     };
-    (lo, stat, check)
+    (lo, stat, check, next_sum)
 }
 
 /// `lo` of a centred row (`hi` given) and each lane's largest `|z|`, from the one pass that
@@ -457,19 +552,19 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
 /// exactly `max(fl(t_max - lo), fl(lo - t_min))`. Never NaN (`max_gt`/`min_lt` skip it; a row
 /// with a NaN or an infinity has a non-finite `hi` or `lo`, which the callers check).
 #[inline(always)]
-unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32) -> (f32, V) {
+unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
     let zero = V::splat(0.0);
     let h = V::splat(hi);
     let init = [zero, V::splat(f32::NEG_INFINITY), V::splat(f32::INFINITY)];
-    let [d, t_max, t_min] = fold_from::<V, S, 3>(x, init, |v, [d, mx, mn]| {
+    let ([d, t_max, t_min], next_sum) = fold_with_next::<V, S, 3>(x, init, |v, [d, mx, mn]| {
         let t = v - h;
         [d + t, V::max_gt(t, mx), V::min_lt(t, mn)]
-    });
+    }, next);
     let lo = lanes::combine(d.to_array()) * ctx.inv_n;
     let l = V::splat(lo);
     // Clamped at +0: a lane whose values were all NaN has no maximum (and a NaN row is
     // rescued), and `max_gt` turns -0 into +0, as the maxima of `|z|` start.
-    (lo, V::max_gt(V::max_gt(t_max - l, l - t_min), zero))
+    (lo, V::max_gt(V::max_gt(t_max - l, l - t_min), zero), next_sum)
 }
 
 /// The pass of [`top_k_lane_maxima`] that sums `|z| = z_abs(x)` and finds the values `>= t0`,
@@ -580,6 +675,45 @@ unsafe fn fold<V: F32x16, S: Storage, const K: usize>(x: &[S], step: impl Fn(V, 
     fold_from::<V, S, K>(x, [V::splat(0.0); K], step)
 }
 
+/// [`fold_from`] over `x`, and along with it, when `next` (a row of the same length) is given,
+/// the sum of `next`'s values exactly as [`sum`] with `|v| v` computes it (returned second).
+///
+/// Why: the first pass over a centred row only sums it (for `hi`), and that sum is one
+/// dependent add per register per 16 values: the pass is bound by the add's latency, not by
+/// the work. So the next row's sum is computed in this row's second pass (also a chain of
+/// adds, on independent registers), where it costs little; the next row then starts at its
+/// second pass. Its values are read a row ahead of their use, which also starts their fetch
+/// from memory early. Same values, same lanes, same order: the same bits.
+#[inline(always)]
+unsafe fn fold_with_next<V: F32x16, S: Storage, const K: usize>(
+    x: &[S],
+    init: [V; K],
+    step: impl Fn(V, [V; K]) -> [V; K],
+    next: Option<&[S]>,
+) -> ([V; K], Option<f32>) {
+    let Some(nx) = next else {
+        return (fold_from::<V, S, K>(x, init, step), None);
+    };
+    assert_eq!(nx.len(), x.len(), "the next row has another length");
+    let n = x.len();
+    let full = n - n % W;
+    let (p, q) = (x.as_ptr(), nx.as_ptr());
+    let mut acc = init;
+    let mut s = V::splat(0.0);
+    each_group!(full, |i| {
+        acc = step(S::load(p.add(i)), acc);
+        s = s + S::load(q.add(i));
+    });
+    if full < n {
+        let next = step(load_partial::<V, S>(&x[full..]), acc);
+        for j in 0..K {
+            acc[j] = V::select_first(n - full, next[j], acc[j]);
+        }
+        s = V::select_first(n - full, s + load_partial::<V, S>(&nx[full..]), s);
+    }
+    (acc, Some(lanes::combine(s.to_array())))
+}
+
 /// [`fold`] from the given initial accumulators.
 #[inline(always)]
 unsafe fn fold_from<V: F32x16, S: Storage, const K: usize>(x: &[S], init: [V; K], step: impl Fn(V, [V; K]) -> [V; K]) -> [V; K] {
@@ -609,16 +743,16 @@ unsafe fn normalize_store<V: F32x16, S: Storage>(
     x: &[S],
     y: &mut [S],
     raw: &Raw<f32>,
-    w: Option<&[f32]>,
-    b: Option<&[f32]>,
+    affine: &RowAffine,
     check: bool,
 ) -> u64 {
-    let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, w: w.unwrap_or(&[]), b: b.unwrap_or(&[]) };
+    let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, terms: *affine };
+    let (has_w, has_b) = (!affine.w.is_empty(), !affine.b.is_empty());
     let stream = ctx.stream_output;
     if check {
-        store_row_variant::<V, S, true>(ctx.centred, w.is_some(), b.is_some(), x, y, &p, stream)
+        store_row_variant::<V, S, true>(ctx.centred, has_w, has_b, x, y, &p, stream)
     } else {
-        store_row_variant::<V, S, false>(ctx.centred, w.is_some(), b.is_some(), x, y, &p, stream)
+        store_row_variant::<V, S, false>(ctx.centred, has_w, has_b, x, y, &p, stream)
     }
 }
 
@@ -650,15 +784,7 @@ struct Affine<'a> {
     hi: f32,
     lo: f32,
     s: f32,
-    w: &'a [f32],
-    b: &'a [f32],
-}
-
-impl Affine<'_> {
-    /// The same output for the values `range` of the row (an absent weight or bias stays empty).
-    fn part(&self, range: std::ops::Range<usize>) -> Affine<'_> {
-        Affine { hi: self.hi, lo: self.lo, s: self.s, w: self.w.get(range.clone()).unwrap_or(&[]), b: self.b.get(range).unwrap_or(&[]) }
-    }
+    terms: RowAffine<'a>,
 }
 
 /// Values before the first address of `y` aligned to a group's size (16 values): where the
@@ -676,7 +802,7 @@ fn stream_head<S>(y: *const S) -> usize {
 /// [`normalize_store`] for one choice of centring, weight and bias. `CHECK`: whether some
 /// output may be non-finite (else none is, and the groups are stored without looking).
 /// `stream`: store the 16-value groups with non-temporal stores; they then start at the first
-/// aligned address of `y`.
+/// aligned address of `y` (`head` values in, which the caller found: [`stream_head`]).
 ///
 /// A row of 16 or more values has no partial group: the values before the first group (the
 /// misaligned head when streaming) are covered by an ordinary store of the row's first 16
@@ -694,7 +820,8 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
     if n < W {
         return store_short::<V, S, CENTRED, HAS_W, HAS_B>(x, y, p);
     }
-    let head = if stream { stream_head(y.as_ptr()) } else { 0 };
+    let head = p.terms.head;
+    debug_assert_eq!(head, if stream { stream_head(y.as_ptr()) } else { 0 });
     let full = head + (n - head) / W * W;
     let mut maybe_bad = false;
     if head > 0 {
@@ -703,30 +830,30 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
     if full < n {
         maybe_bad |= store_group_at::<V, S, CENTRED, HAS_W, HAS_B>(x, y, p, n - W);
     }
-    let (xg, yg, pg) = (&x[head..full], &mut y[head..full], p.part(head..full));
+    let (xg, yg) = (&x[head..full], &mut y[head..full]);
     // Non-finite outputs (NaN included) are rare: only when some value was large enough to be
     // one is the row stored again with the NaN-exact rounding (bf16), and counted exactly from
     // the stored bits.
     maybe_bad |= if stream {
-        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true>(xg, yg, &pg)
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true>(xg, yg, p)
     } else {
-        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false>(xg, yg, &pg)
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false>(xg, yg, p)
     };
     if !maybe_bad {
         return 0;
     }
     if S::NON_NAN_STORE_IS_PARTIAL {
         if stream {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true>(xg, yg, &pg);
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true>(xg, yg, p);
         } else {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(xg, yg, &pg);
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(xg, yg, p);
         }
     }
     S::count_nonfinite(y)
 }
 
 /// The 16 outputs from value `at` of the row (`at + 16 <= n`), by an ordinary store with the
-/// NaN-exact rounding: [`store_groups`] on that one group. Returns whether some of them may be
+/// NaN-exact rounding, as [`store_groups`] stores a group. Returns whether some of them may be
 /// non-finite.
 #[inline(always)]
 unsafe fn store_group_at<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(
@@ -736,7 +863,13 @@ unsafe fn store_group_at<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W
     at: usize,
 ) -> bool {
     let g = at..at + W;
-    store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(&x[g.clone()], &mut y[g.clone()], &p.part(g))
+    let (x, y) = (&x[g.clone()], &mut y[g.clone()]);
+    let zero = V::splat(0.0);
+    let wv = if HAS_W { V::load_f32(p.terms.w[g.clone()].as_ptr()) } else { zero };
+    let bv = if HAS_B { V::load_f32(p.terms.b[g].as_ptr()) } else { zero };
+    let r = output::<V, CENTRED, HAS_W, HAS_B>(S::load(x.as_ptr()), wv, bv, p);
+    S::store(r, y.as_mut_ptr());
+    zero.max_abs_bits(r).to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)
 }
 
 /// A row of fewer than 16 values, through a zero-padded register; returns the number of
@@ -744,8 +877,8 @@ unsafe fn store_group_at<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W
 #[inline(always)]
 unsafe fn store_short<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(x: &[S], y: &mut [S], p: &Affine) -> u64 {
     let zero = V::splat(0.0);
-    let wv = if HAS_W { load_partial::<V, f32>(p.w) } else { zero };
-    let bv = if HAS_B { load_partial::<V, f32>(p.b) } else { zero };
+    let wv = if HAS_W { load_partial::<V, f32>(p.terms.w) } else { zero };
+    let bv = if HAS_B { load_partial::<V, f32>(p.terms.b) } else { zero };
     let r = output::<V, CENTRED, HAS_W, HAS_B>(load_partial::<V, S>(x), wv, bv, p);
     store_partial::<V, S>(r, y);
     // The padding lanes were computed but not stored.
@@ -786,11 +919,14 @@ unsafe fn store_groups<
 ) -> bool {
     let full = x.len() - x.len() % W;
     let zero = V::splat(0.0);
-    let (xp, yp, wp, bp) = (x.as_ptr(), y.as_mut_ptr(), p.w.as_ptr(), p.b.as_ptr());
+    // The weight and bias of these groups, in register order.
+    let (wl, bl) = (p.terms.wl, p.terms.bl);
+    assert!((!HAS_W || wl.len() >= full) && (!HAS_B || bl.len() >= full), "affine terms shorter than the row");
+    let (xp, yp, wp, bp) = (x.as_ptr(), y.as_mut_ptr(), wl.as_ptr(), bl.as_ptr());
     let mut big = zero;
     each_group!(full, |i| {
-        let wv = if HAS_W { V::load_f32(wp.add(i)) } else { zero };
-        let bv = if HAS_B { V::load_f32(bp.add(i)) } else { zero };
+        let wv = if HAS_W { V::load_lanes(wp.add(i)) } else { zero };
+        let bv = if HAS_B { V::load_lanes(bp.add(i)) } else { zero };
         let r = output::<V, CENTRED, HAS_W, HAS_B>(S::load(xp.add(i)), wv, bv, p);
         if CHECK {
             big = big.max_abs_bits(r);

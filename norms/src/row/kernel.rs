@@ -11,11 +11,13 @@ pub(crate) struct Scratch<A> {
     pub a: Vec<A>,
     pub b: Vec<A>,
     pub c: Vec<A>,
+    /// The fused kernels' copy of the affine terms in register order (empty until needed).
+    pub lanes: super::fused::LaneAffine<A>,
 }
 
 impl<A: Real> Scratch<A> {
     pub fn new(n: usize) -> Self {
-        Scratch { a: vec![A::zero(); n], b: vec![A::zero(); n], c: vec![A::zero(); n] }
+        Scratch { a: vec![A::zero(); n], b: vec![A::zero(); n], c: vec![A::zero(); n], lanes: Default::default() }
     }
 }
 

@@ -292,7 +292,7 @@ fn forward_rows<T: Element, A: Real>(
     let n = scr.a.len();
     let mut c = Counters::default();
     for ((yr, xr), st) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()) {
-        let Scratch { a, b: sb, c: sc2 } = scr;
+        let Scratch { a, b: sb, c: sc2, .. } = scr;
         // Native storage is read in place; other types are widened into `a` once.
         let xa: &[A] = match A::view(xr) {
             Some(v) => v,

@@ -10,7 +10,7 @@ use std::ops::{Add, Mul, Sub};
 use super::{F32x16, W};
 
 #[derive(Clone, Copy)]
-pub(crate) struct Avx2(__m256, __m256);
+pub(crate) struct Avx2(pub(super) __m256, pub(super) __m256);
 
 impl Add for Avx2 {
     type Output = Self;
@@ -39,21 +39,35 @@ impl Mul for Avx2 {
     }
 }
 
-/// Round 8 lanes to bf16 bits (in the low half of each 32-bit lane) as `convert::f32_to_bf16`
-/// does for a value that is not NaN: `(b + 0x7FFF + ((b >> 16) & 1)) >> 16`.
+/// Round 8 lanes to bf16 as `convert::f32_to_bf16` does for a value that is not NaN, leaving
+/// the bf16 bits in the high half of each 32-bit lane (the low half is garbage):
+/// `b + 0x7FFF + ((b >> 16) & 1)`.
 #[inline(always)]
-unsafe fn bf16_bits_non_nan(v: __m256) -> __m256i {
+pub(super) unsafe fn bf16_high_non_nan(v: __m256) -> __m256i {
     let b = _mm256_castps_si256(v);
     let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
-    _mm256_srli_epi32::<16>(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))))
+    _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)))
 }
 
-/// [`bf16_bits_non_nan`], and `(b >> 16) | 0x40` (a quiet NaN) for NaN.
+/// [`bf16_high_non_nan`], and `b | 0x0040_0000` (high half: a quiet NaN, `(b >> 16) | 0x40`
+/// as in `convert::f32_to_bf16`) for NaN.
+#[inline(always)]
+pub(super) unsafe fn bf16_high(v: __m256) -> __m256i {
+    let nan = _mm256_or_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x0040_0000));
+    let is_nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+    _mm256_blendv_epi8(bf16_high_non_nan(v), nan, is_nan)
+}
+
+/// [`bf16_high_non_nan`] moved to the low half of each 32-bit lane (the high half zero).
+#[inline(always)]
+unsafe fn bf16_bits_non_nan(v: __m256) -> __m256i {
+    _mm256_srli_epi32::<16>(bf16_high_non_nan(v))
+}
+
+/// [`bf16_high`] moved to the low half of each 32-bit lane (the high half zero).
 #[inline(always)]
 unsafe fn bf16_bits(v: __m256) -> __m256i {
-    let nan = _mm256_or_si256(_mm256_srli_epi32::<16>(_mm256_castps_si256(v)), _mm256_set1_epi32(0x40));
-    let is_nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
-    _mm256_blendv_epi8(bf16_bits_non_nan(v), nan, is_nan)
+    _mm256_srli_epi32::<16>(bf16_high(v))
 }
 
 /// Store 16 bf16 values from their bits in the low halves of two registers' 32-bit lanes.

@@ -6,7 +6,9 @@
 //! Its operations are the IEEE single operations the scalar code performs (no fused
 //! multiply-add, no reassociation), so a reduction written with it gives, lane by lane, the
 //! same bits as the generic code, and so does the final pairwise combine
-//! (`crate::lanes::combine` on [`F32x16::to_array`]).
+//! (`crate::lanes::combine` on [`F32x16::to_array`]). Where the lanes sit in the registers is
+//! the implementation's business: [`avx2_even_odd::Avx2EvenOdd`] keeps the even and the odd
+//! lanes apart, for bf16.
 //!
 //! Safety: a value of an implementing type can only be made by the `unsafe` constructors
 //! ([`F32x16::splat`] and the loads), whose contract is that the CPU has the instruction set
@@ -14,6 +16,8 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_even_odd;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 
@@ -75,6 +79,26 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     /// # Safety
     /// As [`F32x16::store_f32_nt`].
     unsafe fn store_bf16_non_nan_nt(self, p: *mut u16);
+    /// Whether lane j is held elsewhere than at register position j
+    /// ([`avx2_even_odd::Avx2EvenOdd`]), so that [`F32x16::load_f32`] must rearrange. f32
+    /// vectors read again for every row (an affine weight and bias) are then stored in
+    /// register order once, by [`F32x16::store_lanes`], and read by [`F32x16::load_lanes`].
+    const REORDERS: bool = false;
+    /// Store the registers as they are (16 f32), for [`F32x16::load_lanes`]: the values in
+    /// register order, which is memory order unless [`F32x16::REORDERS`].
+    /// # Safety
+    /// As [`F32x16::store_f32`].
+    #[inline(always)]
+    unsafe fn store_lanes(self, p: *mut f32) {
+        self.store_f32(p)
+    }
+    /// Load 16 f32 that [`F32x16::store_lanes`] stored (plain loads).
+    /// # Safety
+    /// As [`F32x16::load_f32`].
+    #[inline(always)]
+    unsafe fn load_lanes(p: *const f32) -> Self {
+        Self::load_f32(p)
+    }
     /// `|v|` (clears the sign bit).
     fn abs(self) -> Self;
     /// `if a > m { a } else { m }` lane-wise: the step of `lanes::max_map` (a NaN in `a` is

@@ -24,6 +24,10 @@ fn probes() -> Vec<f32> {
     p
 }
 
+/// A buffer aligned for the streaming stores.
+#[repr(align(64))]
+struct Aligned<T>(T);
+
 /// # Safety
 /// The CPU has V's instruction set.
 unsafe fn conversions<V: F32x16>() {
@@ -54,12 +58,23 @@ unsafe fn conversions<V: F32x16>() {
         v.store_f16(h.as_mut_ptr());
         v.store_bf16(b.as_mut_ptr());
         v.store_bf16_non_nan(bn.as_mut_ptr());
+        // The streaming forms write the same bits (to aligned buffers, as they require).
+        let (mut f_nt, mut h_nt, mut b_nt, mut bn_nt) = (Aligned([0f32; W]), Aligned([0u16; W]), Aligned([0u16; W]), Aligned([0u16; W]));
+        v.store_f32_nt(f_nt.0.as_mut_ptr());
+        v.store_f16_nt(h_nt.0.as_mut_ptr());
+        v.store_bf16_nt(b_nt.0.as_mut_ptr());
+        v.store_bf16_non_nan_nt(bn_nt.0.as_mut_ptr());
+        super::sfence();
+        assert_eq!(f_nt.0.map(f32::to_bits), v.to_array().map(f32::to_bits), "store_f32_nt");
+        assert_eq!(f_nt.0.map(f32::to_bits), std::array::from_fn(|j| c[j].to_bits()), "f32 round trip");
+        assert_eq!((h_nt.0, b_nt.0), (h, b), "streaming f16/bf16 stores");
         for j in 0..W {
             let k = i * W + j;
             assert_eq!(h[j], want_h[k].to_bits(), "f16 of {:e} ({:#x})", c[j], c[j].to_bits());
             assert_eq!(b[j], want_b[k].to_bits(), "bf16 of {:e} ({:#x})", c[j], c[j].to_bits());
             if !c[j].is_nan() {
                 assert_eq!(bn[j], want_b[k].to_bits(), "bf16 (non-NaN form) of {:e}", c[j]);
+                assert_eq!(bn_nt.0[j], want_b[k].to_bits(), "bf16 (streaming non-NaN form) of {:e}", c[j]);
             }
         }
     }
@@ -71,6 +86,11 @@ unsafe fn lane_semantics<V: F32x16>() {
     let a: [f32; W] = [1.0, -2.0, f32::NAN, 0.0, -0.0, 5.0, f32::INFINITY, -3.0, 7.0, 8.0, 9.0, 1e-40, 11.0, 12.0, 13.0, 14.0];
     let m: [f32; W] = [0.5, 0.0, 1.0, -0.0, 0.0, 6.0, 1.0, 0.0, 7.0, 9.0, f32::NAN, 0.0, 0.0, 0.0, 0.0, 20.0];
     let (va, vm) = (V::load_f32(a.as_ptr()), V::load_f32(m.as_ptr()));
+    // A vector stored in register order and read back with plain loads is the same vector.
+    let mut ordered = [0f32; W];
+    va.store_lanes(ordered.as_mut_ptr());
+    assert_eq!(V::load_lanes(ordered.as_ptr()).to_array().map(f32::to_bits), a.map(f32::to_bits), "load_lanes(store_lanes)");
+    assert_eq!(V::REORDERS, ordered.map(f32::to_bits) != a.map(f32::to_bits), "REORDERS says whether store_lanes moves values");
     let mx = V::max_gt(va, vm).to_array();
     let mn = V::min_lt(va, vm).to_array();
     let ab = va.abs().to_array();
@@ -136,6 +156,9 @@ fn avx2_matches_the_scalar_definitions() {
         conversions::<super::avx2::Avx2>();
         lane_semantics::<super::avx2::Avx2>();
         selections::<super::avx2::Avx2>();
+        conversions::<super::avx2_even_odd::Avx2EvenOdd>();
+        lane_semantics::<super::avx2_even_odd::Avx2EvenOdd>();
+        selections::<super::avx2_even_odd::Avx2EvenOdd>();
     }
     // SAFETY: detected above.
     unsafe { run() }
