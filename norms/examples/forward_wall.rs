@@ -1,0 +1,80 @@
+//! Wall-clock time per row of the row-norm forward on one thread, in a one-thread rayon pool
+//! (so no call waits for another thread to wake), for several kinds in one process. Rows that
+//! fit in the L2 (a few hundred KiB in all) measure the work on rows already in cache, which
+//! is what limits the 16-bit forwards on two cores; `forward_time` measures CPU time instead.
+//!
+//! ```text
+//! target/release/examples/forward_wall bf16 64 4096 2000 l1,layer,linf,topk,rms
+//! ```
+//!
+//! Arguments: dtype (f32, f16, bf16), rows, n, repetitions, kinds (comma-separated: rms, layer,
+//! l1, linf, topk = Top-k with k = 8). Inputs are standard normal, with a weight (and a bias
+//! for LayerNorm) as `normlab bench norms` uses. Prints the minimum and the median per row.
+
+use normlab_norms::{bf16, f16, row, Accum, Element, NormKind, NormSpec, RowStats};
+use std::time::Instant;
+
+/// Standard normal values by Box-Muller over a 64-bit LCG (as `forward_time`).
+fn gaussian(len: usize) -> Vec<f64> {
+    let mut state = 0x5EED_0001_u64;
+    let mut uniform = move || {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..len)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        })
+        .collect()
+}
+
+fn kind(name: &str) -> NormKind {
+    match name {
+        "rms" => NormKind::Rms,
+        "layer" => NormKind::Layer,
+        "l1" => NormKind::L1,
+        "linf" => NormKind::LInf,
+        "topk" => NormKind::TopK { k: 8 },
+        other => panic!("unknown kind {other} (rms, layer, l1, linf, topk)"),
+    }
+}
+
+fn run<T: Element>(kinds: &[&str], rows: usize, n: usize, reps: usize) {
+    let x: Vec<T> = gaussian(rows * n).into_iter().map(T::from_f64).collect();
+    let w: Vec<T> = (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect();
+    let b: Vec<T> = (0..n).map(|i| T::from_f64(0.01 * (i % 5) as f64)).collect();
+    let mut y = vec![T::default(); rows * n];
+    let mut st = vec![RowStats::default(); rows];
+    for name in kinds {
+        let spec = NormSpec::new(kind(name), 1e-5);
+        let bias = (spec.kind == NormKind::Layer).then_some(&b[..]);
+        let mut t = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            row::forward(&spec, Accum::F32, &x, n, Some(&w), bias, &mut y, Some(&mut st)).expect("forward");
+            t.push(t0.elapsed().as_secs_f64());
+        }
+        t.sort_by(f64::total_cmp);
+        let per_row = |s: f64| s * 1e6 / rows as f64;
+        print!("{name} {:.3}/{:.3} ", per_row(t[0]), per_row(t[t.len() / 2]));
+    }
+    println!("(us per {} row of {n}, min/median)", T::DTYPE);
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() < 6 {
+        eprintln!("usage: forward_wall DTYPE ROWS N REPS KINDS");
+        std::process::exit(2);
+    }
+    let (rows, n, reps): (usize, usize, usize) = (a[2].parse().expect("ROWS"), a[3].parse().expect("N"), a[4].parse().expect("REPS"));
+    let kinds: Vec<&str> = a[5].split(',').collect();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
+    pool.install(|| match a[1].as_str() {
+        "f32" => run::<f32>(&kinds, rows, n, reps),
+        "f16" => run::<f16>(&kinds, rows, n, reps),
+        "bf16" => run::<bf16>(&kinds, rows, n, reps),
+        other => panic!("unknown dtype {other}"),
+    });
+}
