@@ -12,6 +12,8 @@
 //! function counts the row work only (not the data generation or rayon's scheduling), so
 //! instructions per element are the collected total divided by rows * n.
 
+mod common;
+
 use normlab_norms::{bf16, f16, row, Accum, Element, NormKind, NormSpec, RowStats};
 
 /// splitmix64 + Box-Muller: deterministic N(mean, sd^2) values.
@@ -53,16 +55,7 @@ fn main() {
         std::process::exit(2);
     }
     let k: usize = a.get(5).map_or(8, |v| v.parse().expect("K"));
-    let kind = match a[1].as_str() {
-        "rms" => NormKind::Rms,
-        "layer" => NormKind::Layer,
-        "unit-l2" => NormKind::UnitL2,
-        "l1" => NormKind::L1,
-        "linf" => NormKind::LInf,
-        "topk" => NormKind::TopK { k },
-        other => panic!("unknown kind {other}"),
-    };
-    let spec = NormSpec::new(kind, 1e-5);
+    let spec = NormSpec::new(common::kind(&a[1], k), 1e-5);
     let (rows, n): (usize, usize) = (a[3].parse().expect("ROWS"), a[4].parse().expect("N"));
     match a[2].as_str() {
         "f32" => run::<f32>(&spec, rows, n),

@@ -12,6 +12,9 @@
 //! default uniform pattern on [-2, 2]. Top-k's speed depends on the distribution (how many
 //! values are candidates for the k largest).
 
+mod common;
+
+use common::gaussian;
 use normlab_norms::{bf16, f16, row, Accum, Element, NormKind, NormSpec, RowStats};
 
 fn cpu_seconds() -> f64 {
@@ -29,21 +32,6 @@ struct libc_timespec {
 
 extern "C" {
     fn clock_gettime(clock: i32, ts: *mut libc_timespec) -> i32;
-}
-
-/// Standard normal values by Box-Muller over a 64-bit LCG: deterministic, no dependency.
-fn gaussian(len: usize) -> Vec<f64> {
-    let mut state = 0x5EED_0001_u64;
-    let mut uniform = move || {
-        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    (0..len)
-        .map(|_| {
-            let (u, v) = (uniform(), uniform());
-            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-        })
-        .collect()
 }
 
 fn run<T: Element>(spec: &NormSpec, rows: usize, n: usize, reps: usize, gauss: bool) {
@@ -83,16 +71,7 @@ fn main() {
         eprintln!("usage: forward_time KIND DTYPE ROWS N REPS [gauss]");
         std::process::exit(2);
     }
-    let kind = match a[1].as_str() {
-        "rms" => NormKind::Rms,
-        "layer" => NormKind::Layer,
-        "unit-l2" => NormKind::UnitL2,
-        "l1" => NormKind::L1,
-        "linf" => NormKind::LInf,
-        "topk" => NormKind::TopK { k: 8 },
-        other => panic!("unknown kind {other}"),
-    };
-    let spec = NormSpec::new(kind, 1e-5);
+    let spec = NormSpec::new(common::kind(&a[1], 8), 1e-5);
     let (rows, n, reps): (usize, usize, usize) = (a[3].parse().expect("ROWS"), a[4].parse().expect("N"), a[5].parse().expect("REPS"));
     let gauss = match a.get(6).map(String::as_str) {
         None => false,

@@ -8,37 +8,14 @@
 //! ```
 //!
 //! Arguments: dtype (f32, f16, bf16), rows, n, repetitions, kinds (comma-separated: rms, layer,
-//! l1, linf, topk = Top-k with k = 8). Inputs are standard normal, with a weight (and a bias
+//! unit-l2, l1, linf, topk = Top-k with k = 8). Inputs are standard normal, with a weight (and a bias
 //! for LayerNorm) as `normlab bench norms` uses. Prints the minimum and the median per row.
 
+mod common;
+
+use common::gaussian;
 use normlab_norms::{bf16, f16, row, Accum, Element, NormKind, NormSpec, RowStats};
 use std::time::Instant;
-
-/// Standard normal values by Box-Muller over a 64-bit LCG (as `forward_time`).
-fn gaussian(len: usize) -> Vec<f64> {
-    let mut state = 0x5EED_0001_u64;
-    let mut uniform = move || {
-        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    (0..len)
-        .map(|_| {
-            let (u, v) = (uniform(), uniform());
-            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-        })
-        .collect()
-}
-
-fn kind(name: &str) -> NormKind {
-    match name {
-        "rms" => NormKind::Rms,
-        "layer" => NormKind::Layer,
-        "l1" => NormKind::L1,
-        "linf" => NormKind::LInf,
-        "topk" => NormKind::TopK { k: 8 },
-        other => panic!("unknown kind {other} (rms, layer, l1, linf, topk)"),
-    }
-}
 
 fn run<T: Element>(kinds: &[&str], rows: usize, n: usize, reps: usize) {
     let x: Vec<T> = gaussian(rows * n).into_iter().map(T::from_f64).collect();
@@ -47,7 +24,7 @@ fn run<T: Element>(kinds: &[&str], rows: usize, n: usize, reps: usize) {
     let mut y = vec![T::default(); rows * n];
     let mut st = vec![RowStats::default(); rows];
     for name in kinds {
-        let spec = NormSpec::new(kind(name), 1e-5);
+        let spec = NormSpec::new(common::kind(name, 8), 1e-5);
         let bias = (spec.kind == NormKind::Layer).then_some(&b[..]);
         let mut t = Vec::with_capacity(reps);
         for _ in 0..reps {

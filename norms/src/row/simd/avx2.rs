@@ -70,6 +70,16 @@ unsafe fn bf16_bits(v: __m256) -> __m256i {
     _mm256_srli_epi32::<16>(bf16_high(v))
 }
 
+/// [`F32x16::select_first`] for a layout whose registers hold the lanes numbered `idx0` and
+/// `idx1`: a register position takes `a` where its lane number is below `count`, else `b`.
+#[inline(always)]
+pub(super) unsafe fn select_below(count: usize, a: Avx2, b: Avx2, idx0: __m256i, idx1: __m256i) -> Avx2 {
+    let c = _mm256_set1_epi32(count.min(W) as i32);
+    let m0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, idx0));
+    let m1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, idx1));
+    Avx2(_mm256_blendv_ps(b.0, a.0, m0), _mm256_blendv_ps(b.1, a.1, m1))
+}
+
 /// Store 16 bf16 values from their bits in the low halves of two registers' 32-bit lanes.
 /// `NT`: as a non-temporal store (`p` 32-byte aligned).
 #[inline(always)]
@@ -165,12 +175,7 @@ impl F32x16 for Avx2 {
     #[inline(always)]
     fn select_first(count: usize, a: Self, b: Self) -> Self {
         // SAFETY: as in `add`.
-        unsafe {
-            let c = _mm256_set1_epi32(count.min(W) as i32);
-            let m0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-            let m1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15)));
-            Avx2(_mm256_blendv_ps(b.0, a.0, m0), _mm256_blendv_ps(b.1, a.1, m1))
-        }
+        unsafe { select_below(count, a, b, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15)) }
     }
     #[inline(always)]
     fn max_abs_bits(self, v: Self) -> Self {

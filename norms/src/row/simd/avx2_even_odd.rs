@@ -26,7 +26,7 @@
 use std::arch::x86_64::*;
 use std::ops::{Add, Mul, Sub};
 
-use super::avx2::{bf16_high, bf16_high_non_nan, Avx2};
+use super::avx2::{bf16_high, bf16_high_non_nan, select_below, Avx2};
 use super::{F32x16, W};
 
 /// Lanes (0, 2, ..., 14) in `.0` and (1, 3, ..., 15) in `.1`, each as an [`Avx2`] register
@@ -216,10 +216,8 @@ impl F32x16 for Avx2EvenOdd {
     fn select_first(count: usize, a: Self, b: Self) -> Self {
         // SAFETY: a value of this type exists only where AVX2 was detected (module doc of simd).
         unsafe {
-            let c = _mm256_set1_epi32(count.min(W) as i32);
-            let me = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)));
-            let mo = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15)));
-            Self::of(_mm256_blendv_ps(b.even(), a.even(), me), _mm256_blendv_ps(b.odd(), a.odd(), mo))
+            let (even, odd) = (_mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), _mm256_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15));
+            Avx2EvenOdd(select_below(count, a.0, b.0, even, odd))
         }
     }
     #[inline(always)]

@@ -1,0 +1,33 @@
+//! What the forward examples share: their input generator and the kind names they parse.
+//! (Each example uses part of it.)
+#![allow(dead_code)]
+
+use normlab_norms::NormKind;
+
+/// Standard normal values by Box-Muller over a 64-bit LCG: deterministic, no dependency.
+pub fn gaussian(len: usize) -> Vec<f64> {
+    let mut state = 0x5EED_0001_u64;
+    let mut uniform = move || {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..len)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        })
+        .collect()
+}
+
+/// The kind a command-line name stands for (`topk` with the given k).
+pub fn kind(name: &str, k: usize) -> NormKind {
+    match name {
+        "rms" => NormKind::Rms,
+        "layer" => NormKind::Layer,
+        "unit-l2" => NormKind::UnitL2,
+        "l1" => NormKind::L1,
+        "linf" => NormKind::LInf,
+        "topk" => NormKind::TopK { k },
+        other => panic!("unknown kind {other} (rms, layer, unit-l2, l1, linf, topk)"),
+    }
+}
