@@ -513,8 +513,8 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// below, so only the few values at or above it (about 1% of a Gaussian row of 1024) are
 /// candidates; the pass that sums `|z|` also marks those ([`sum_and_keep`]), they are gathered
 /// into `cand`, and the k largest of them selected and sorted as `stats::top_k_desc` does (by
-/// the rank rule of `rank_select` when they are few: `F32x16::top_k_of_few`, in registers
-/// with AVX-512). The mean of those k values does not depend on how they were found.
+/// `F32x16::top_k_of_few` when they are few: a sorting network in registers with AVX2, the
+/// rank rule of `rank_select` in registers with AVX-512). The mean of those k values does not depend on how they were found.
 ///
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
 /// for `lo` ([`lo_and_lane_max_abs`]). Uncentred (`z = x`), one pass takes the maxima of

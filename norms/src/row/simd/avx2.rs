@@ -198,6 +198,17 @@ impl F32x16 for Avx2 {
             lo | (hi << 8)
         }
     }
+    /// By a sorting network ([`super::sort16`]).
+    #[inline(always)]
+    fn kth_largest_magnitude(self, k: usize) -> f32 {
+        // SAFETY: as in `add`.
+        unsafe { super::sort16::kth_largest(self.0, self.1, k) }
+    }
+    /// By a sorting network for up to 16 candidates ([`super::sort16`]).
+    #[inline(always)]
+    unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
+        super::sort16::top_k_of_few(a, m, k)
+    }
     #[inline(always)]
     fn to_array(self) -> [f32; W] {
         let mut out = [0.0f32; W];

@@ -233,6 +233,17 @@ impl F32x16 for Avx2EvenOdd {
             (SPREAD[e] | (SPREAD[o] << 1)) as u32
         }
     }
+    /// By a sorting network ([`super::sort16`]).
+    #[inline(always)]
+    fn kth_largest_magnitude(self, k: usize) -> f32 {
+        // SAFETY: as in `select_first`.
+        unsafe { super::sort16::kth_largest(self.even(), self.odd(), k) }
+    }
+    /// By a sorting network for up to 16 candidates ([`super::sort16`]).
+    #[inline(always)]
+    unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
+        super::sort16::top_k_of_few(a, m, k)
+    }
     #[inline(always)]
     fn to_array(self) -> [f32; W] {
         let mut out = [0.0f32; W];

@@ -20,6 +20,8 @@ pub(crate) mod avx2;
 pub(crate) mod avx2_even_odd;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod sort16;
 
 use std::ops::{Add, Mul, Sub};
 
