@@ -505,21 +505,26 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
     (stats::topk_mean(&mut abs[..n], k), lanes::combine(s.to_array()))
 }
 
-/// Top-k's `(lo, mean of the k largest |z|, lane sum of |z|)` where the lane maxima bound the
-/// selection (`stats::uses_lane_maxima`), with `hi` computed: the values `stats::compute`
-/// gives, with no pass over the row beyond L1's.
+/// Top-k's `(lo, mean of the k largest |z|, check)` where the lane maxima bound the selection
+/// (`stats::uses_lane_maxima`), with `hi` computed: the values `stats::compute` gives, with one
+/// pass over the row beyond L-inf's. `check` is the lane sum of `|z|`, or, where that sum is
+/// surely finite (`check_sum_unneeded`), the largest `|z|`: the same rescue decision, as for
+/// L-inf.
 ///
-/// The k-th largest of the 16 lane maxima of `|z|` bounds the row's k-th largest `|z|` from
-/// below, so only the few values at or above it (about 1% of a Gaussian row of 1024) are
-/// candidates; the pass that sums `|z|` also marks those ([`sum_and_keep`]), they are gathered
-/// into `cand`, and the k largest of them selected and sorted as `stats::top_k_desc` does (by
-/// `F32x16::top_k_of_few` when they are few: a sorting network in registers with AVX2, the
-/// rank rule of `rank_select` in registers with AVX-512). The mean of those k values does not depend on how they were found.
+/// The k-th largest of the 16 lane maxima, `t0`, bounds the row's k-th largest `|z|` from
+/// below, so only the few values at or above it (about 11 in a Gaussian row of 1024 or 4096 at
+/// k = 8) are candidates. A pass marks the places that may hold one ([`mark_pairs`]), and
+/// [`top_k_of_marked`] gathers the marked values `>= t0` and selects the k largest of them,
+/// sorted as `stats::top_k_desc` does. The mean of those k values does not depend on how they
+/// were found.
 ///
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
-/// for `lo` ([`lo_and_lane_max_abs`]). Uncentred (`z = x`), one pass takes the maxima of
-/// `|x|`. Either way the maxima are those of `|z|` itself, never NaN (`max_gt`/`min_lt` skip
-/// it; a row with a NaN or an infinity has a non-finite sum and is rescued anyway).
+/// for `lo` ([`lo_and_lane_max_abs`]), and the marking pass tests `|t|` against a bound just
+/// under `t0` ([`t_bound`]) rather than computing `z = t - lo`, and sums nothing when the sum
+/// is not needed. Uncentred (`z = x`), or where no such bound helps, one pass takes the maxima
+/// of `|x|`, and the marking pass tests and sums `|z|` itself. Either way the maxima are those
+/// of `|z|` itself, never NaN (`max_gt`/`min_lt` skip it; a row with a NaN or an infinity has a
+/// non-finite sum and is rescued anyway).
 #[inline(always)]
 unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -530,20 +535,44 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     marks: &mut [f32],
     next: Option<&[S]>,
 ) -> (f32, f32, f32, Option<f32>) {
-    let (lo, maxima, next_sum) = if ctx.centred {
-        lo_and_lane_max_abs::<V, S>(ctx, x, hi, next)
+    let n = x.len();
+    assert!(cand.len() >= n && marks.len() * 2 >= n / (2 * W) + 8, "top-k scratch too small");
+    let mp = marks.as_mut_ptr() as *mut u16;
+    let h = V::splat(hi);
+    let (lo, stat, check, next_sum) = if ctx.centred {
+        let (lo, maxima, next_sum) = lo_and_lane_max_abs::<V, S>(ctx, x, hi, next);
+        let t0 = maxima.kth_largest_magnitude(k);
+        let z_max = lanes::max_of(maxima.to_array());
+        let l = V::splat(lo);
+        let check = match t_bound(t0, lo) {
+            Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
+                mark_pairs::<V, S, false>(x, |v| (v - h).abs(), c, mp);
+                z_max
+            }
+            _ => mark_pairs::<V, S, true>(x, |v| ((v - h) - l).abs(), t0, mp),
+        };
+        let stat = top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), |v| ((v - hi) - lo).abs(), t0, k, cand, mp);
+        (lo, stat, check, next_sum)
     } else {
         let [m] = fold::<V, S, 1>(x, |v, [m]| [V::max_gt(v.abs(), m)]);
-        (0.0, m, None)
-    };
-    let t0 = maxima.kth_largest_magnitude(k);
-    let (stat, check) = if ctx.centred {
-        let (h, l) = (V::splat(hi), V::splat(lo));
-        sum_and_keep::<V, S>(x, |v| ((v - h) - l).abs(), |v| ((v - hi) - lo).abs(), t0, k, cand, marks)
-    } else {
-        sum_and_keep::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, marks)
+        let t0 = m.kth_largest_magnitude(k);
+        let check = mark_pairs::<V, S, true>(x, |v| v.abs(), t0, mp);
+        (0.0, top_k_of_marked::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, mp), check, None)
     };
     (lo, stat, check, next_sum)
+}
+
+/// A bound `c > 0` such that every value with `|z| >= t0`, `z = fl(t - lo)`, has `|t| >= c`, so
+/// that marking `|t| >= c` marks all candidates: rounding to nearest gives
+/// `|t - lo| >= t0 (1 - 2^-24) - 2^-150` for such a value, so `|t| >= t0 (1 - 2^-24) - 2^-150 -
+/// |lo|`; the bound is computed in f64 with a larger slack (its own rounding is far smaller)
+/// and rounded down to f32. None when it is not positive (`t0` zero or tiny beside `lo`; also
+/// for a NaN or infinite `t0`, where the row is rescued).
+fn t_bound(t0: f32, lo: f32) -> Option<f32> {
+    let b = (t0 as f64) * (1.0 - 2f64.powi(-22)) - (lo as f64).abs() - 2f64.powi(-148);
+    let c = b as f32;
+    let c = if c as f64 > b { f32::from_bits(c.to_bits() - 1) } else { c };
+    (b.is_finite() && c > 0.0).then_some(c)
 }
 
 /// `lo` of a centred row (`hi` given) and each lane's largest `|z|`, from the one pass that
@@ -567,84 +596,72 @@ unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S],
     (lo, V::max_gt(V::max_gt(t_max - l, l - t_min), zero), next_sum)
 }
 
-/// The pass of [`top_k_lane_maxima`] that sums `|z| = z_abs(x)` and finds the values `>= t0`,
-/// then the mean of the k largest of those. Returns (that mean, lane sum of `|z|`).
+/// The marking pass of [`top_k_lane_maxima`]: `a = f(v)` for each group `v` of 16 values, and
+/// per two groups (32 values), the mask `F32x16::ge_mask` of the larger of their `a` against
+/// `c`, at `marks` (one u16 per pair; room for n/32 + 8). With `SUM`, returns the lane sum of
+/// `a` over the row (the same sum, in the same order, as `lanes::sum_map`), else 0.
 ///
-/// The pass only records, per 16 values, the bit mask of those at or above `t0` (`marks`,
-/// room for n/16 + 4 u16). Hits are rare and scattered (about 11 per Gaussian row of 1024 or
-/// 4096 at k = 8): compacting them in the pass, branch-free, cost two vector instructions per
-/// 16 values; a branch per hit would be mispredicted about once per hit. The masks are then
-/// read 64 values at a time and each hit's `|z|` recomputed by `z_one`, the same f32
-/// operations on the same value, so the same bits.
-#[allow(clippy::too_many_arguments)]
+/// Candidates are rare and scattered (about 11 per Gaussian row of 1024 or 4096 at k = 8):
+/// compacting them in the pass, branch-free, cost two vector instructions per 16 values, and a
+/// branch per hit would be mispredicted about once per hit. So the pass only records masks,
+/// one per 32 values (a maximum per 16 values instead of a comparison, a move of the mask to a
+/// general register and a store), and [`gather_marked`] tests both values of each marked
+/// lane.
 #[inline(always)]
-unsafe fn sum_and_keep<V: F32x16, S: Storage>(
+unsafe fn mark_pairs<V: F32x16, S: Storage, const SUM: bool>(x: &[S], f: impl Fn(V) -> V, c: f32, marks: *mut u16) -> f32 {
+    let n = x.len();
+    let full = n - n % W;
+    let pairs = full / (2 * W);
+    let xp = x.as_ptr();
+    let cv = V::splat(c);
+    let mut s = V::splat(0.0);
+    for p in 0..pairs {
+        let i = 2 * W * p;
+        let (a0, a1) = (f(S::load(xp.add(i))), f(S::load(xp.add(i + W))));
+        if SUM {
+            s = s + a0;
+            s = s + a1;
+        }
+        *marks.add(p) = V::max_gt(a0, a1).ge_mask(cv) as u16;
+    }
+    if 2 * W * pairs < full {
+        let a = f(S::load(xp.add(2 * W * pairs)));
+        if SUM {
+            s = s + a;
+        }
+        *marks.add(pairs) = a.ge_mask(cv) as u16;
+    }
+    if SUM && full < n {
+        let a = f(load_partial::<V, S>(&x[full..]));
+        s = V::select_first(n - full, s + a, s);
+    }
+    if SUM {
+        lanes::combine(s.to_array())
+    } else {
+        0.0
+    }
+}
+
+/// The mean of the k largest `|z|` of a row from the marks of [`mark_pairs`] (which cover at
+/// least every value of the whole groups with `|z| >= t0`; `t0` at most the k-th largest `|z|`):
+/// the marked values `>= t0` ([`gather_marked`]) and those of the tail (`z_abs`) gathered into
+/// `cand`, and the k largest of them selected and sorted as `stats::top_k_desc` does
+/// (`F32x16::top_k_of_few` when they are few).
+#[inline(always)]
+unsafe fn top_k_of_marked<V: F32x16, S: Storage>(
     x: &[S],
     z_abs: impl Fn(V) -> V,
     z_one: impl Fn(f32) -> f32,
     t0: f32,
     k: usize,
     cand: &mut [f32],
-    marks: &mut [f32],
-) -> (f32, f32) {
+    marks: *mut u16,
+) -> f32 {
     let n = x.len();
     let full = n - n % W;
-    let groups = full / W;
-    let words = groups.div_ceil(4);
-    assert!(cand.len() >= n && marks.len() * 2 >= 4 * words, "top-k scratch too small");
-    let xp = x.as_ptr();
-    let mp = marks.as_mut_ptr() as *mut u16;
-    let tv = V::splat(t0);
-    let mut s = V::splat(0.0);
-    each_group!(full, |i| {
-        let a = z_abs(S::load(xp.add(i)));
-        s = s + a;
-        *mp.add(i / W) = a.ge_mask(tv) as u16;
-    });
-    for g in groups..4 * words {
-        *mp.add(g) = 0;
-    }
-    // Four groups' masks make a word: bit j of word w is value 64 w + j (little-endian, x86
-    // only). About half the words of a Gaussian row hold a hit, at random: a branch on each
-    // word would be mispredicted every other word. So the words with a hit are listed first
-    // (a store and an add per word, no branch), and only those are visited.
-    let word = |w: usize| (mp.add(4 * w) as *const u64).read_unaligned();
-    let mut kept = 0usize;
-    let mut listed = [0u16; 64];
-    let last = cand.len() - 1;
-    for start in (0..words).step_by(listed.len()) {
-        let end = words.min(start + listed.len());
-        let mut hit_words = 0usize;
-        for w in start..end {
-            *listed.get_unchecked_mut(hit_words) = (w - start) as u16;
-            hit_words += (word(w) != 0) as usize;
-        }
-        // A listed word's first two hits are taken without a branch: about one listed word
-        // in three has a second hit, so a loop's exit would be mispredicted that often. With
-        // no second hit, the first is written again one place on and not counted. (That place
-        // exists: a word with a single hit has at least 15 values that are not, so fewer than
-        // n - 1 candidates come before it.)
-        for &l in listed.get_unchecked(..hit_words) {
-            let w = start + l as usize;
-            let bits = word(w);
-            let first = 64 * w + bits.trailing_zeros() as usize;
-            let mut rest = bits & (bits - 1);
-            let second = if rest != 0 { 64 * w + rest.trailing_zeros() as usize } else { first };
-            *cand.get_unchecked_mut(kept) = z_one(x.get_unchecked(first).to_f32());
-            *cand.get_unchecked_mut((kept + 1).min(last)) = z_one(x.get_unchecked(second).to_f32());
-            kept += 1 + (rest != 0) as usize;
-            rest &= rest.wrapping_sub(1);
-            while rest != 0 {
-                let j = 64 * w + rest.trailing_zeros() as usize;
-                *cand.get_unchecked_mut(kept) = z_one(x.get_unchecked(j).to_f32());
-                kept += 1;
-                rest &= rest - 1;
-            }
-        }
-    }
+    let mut kept = gather_marked::<S>(&x[..full], marks, z_one, t0, cand);
     if full < n {
         let a = z_abs(load_partial::<V, S>(&x[full..]));
-        s = V::select_first(n - full, s + a, s);
         for &v in &a.to_array()[..n - full] {
             if v >= t0 {
                 cand[kept] = v;
@@ -658,7 +675,61 @@ unsafe fn sum_and_keep<V: F32x16, S: Storage>(
     } else {
         stats::top_k_of_candidates(&mut cand[..n], kept, k);
     }
-    (stats::mean_of_sorted_top_k(cand, k), lanes::combine(s.to_array()))
+    stats::mean_of_sorted_top_k(cand, k)
+}
+
+/// `|z| = z_one(x_j)` of both values (j and j + 16) of each marked lane of the pair masks at
+/// `marks` ([`mark_pairs`] over `x`, whole groups only), kept in `cand` when `>= t0`; returns
+/// how many. `z_one` performs the f32 operations of the passes on one value: the same bits.
+/// The masks past the last pair, up to a multiple of four, are cleared here.
+///
+/// Four masks make a word: bit 16 q + b of word w stands for values 128 w + 32 q + b and 16
+/// more (little-endian, x86 only). Marked values are scattered at random, and many words hold
+/// none: a branch on each word would be mispredicted often. So the words with a mark are
+/// listed first (a store and an add per word, no branch), and only those are visited. Each
+/// value tested is written to `cand[kept]` and counted only if kept: no branch on the test.
+#[inline(always)]
+unsafe fn gather_marked<S: Storage>(x: &[S], marks: *mut u16, z_one: impl Fn(f32) -> f32, t0: f32, cand: &mut [f32]) -> usize {
+    let full = x.len();
+    let masks = full.div_ceil(2 * W);
+    let words = masks.div_ceil(4);
+    for m in masks..4 * words {
+        *marks.add(m) = 0;
+    }
+    let word = |w: usize| (marks.add(4 * w) as *const u64).read_unaligned();
+    let last = cand.len() - 1;
+    let mut kept = 0usize;
+    // The two values of the lowest marked lane of `bits` (word w). The second is past the
+    // row's whole groups only in a lone last group: then it is the first again, not counted.
+    let mut take = |w: usize, bits: u64| {
+        let b = bits.trailing_zeros() as usize;
+        let j = 128 * w + 2 * (b & !15) + (b & 15);
+        let z = z_one(x.get_unchecked(j).to_f32());
+        *cand.get_unchecked_mut(kept.min(last)) = z;
+        kept += (z >= t0) as usize;
+        let second = j + W < full;
+        let z = z_one(x.get_unchecked(if second { j + W } else { j }).to_f32());
+        *cand.get_unchecked_mut(kept.min(last)) = z;
+        kept += (second && z >= t0) as usize;
+    };
+    let mut listed = [0u16; 64];
+    for start in (0..words).step_by(listed.len()) {
+        let end = words.min(start + listed.len());
+        let mut hit_words = 0usize;
+        for w in start..end {
+            *listed.get_unchecked_mut(hit_words) = (w - start) as u16;
+            hit_words += (word(w) != 0) as usize;
+        }
+        for &l in listed.get_unchecked(..hit_words) {
+            let w = start + l as usize;
+            let mut bits = word(w);
+            while bits != 0 {
+                take(w, bits);
+                bits &= bits - 1;
+            }
+        }
+    }
+    kept
 }
 
 /// `lanes::sum_map(x, f)` over the storage.

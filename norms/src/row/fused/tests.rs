@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{rows_at, Level, RESCUED};
+use super::{rows_at, t_bound, Level, RESCUED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -296,7 +296,7 @@ fn ordinary_rows_are_not_rescued() {
     }
 }
 
-/// Top-k on rows longer than one block of the candidate gather (64 mask words, 4096 values):
+/// Top-k on rows longer than one block of the candidate gather (64 mask words, 8192 values):
 /// Gaussian rows, a constant row (every value a candidate) and rows with one or two outliers
 /// far into the row, for both centrings and k across the lane-maxima range.
 #[test]
@@ -323,4 +323,35 @@ fn fused_equals_generic_on_long_top_k_rows() {
             assert!(checked > 0, "{checked} comparisons");
         }
     }
+}
+
+/// `t_bound(t0, lo)`: every f32 `t` with `|fl(t - lo)| >= t0` has `|t| >= c`, checked on the
+/// values where it could fail (t within a few ulps of `t0 + lo` and `t0 - lo`, both signs),
+/// for thresholds and centring corrections of every scale, subnormals included; and the bound
+/// is not needlessly loose (at least `t0 (1 - 2^-21) - |lo| - 2^-147`).
+#[test]
+fn top_k_t_bound_keeps_every_candidate() {
+    let mut rng = Rng(77);
+    let mut checked = 0;
+    for case in 0..20_000 {
+        let t0 = match case % 4 {
+            0 => f32::from_bits(1 + rng.below(1 << 12) as u32),
+            _ => (rng.normal().abs() * 2f64.powi(rng.below(200) as i32 - 100)) as f32,
+        };
+        let lo = (rng.normal() * t0 as f64 * 2f64.powi(-(rng.below(40) as i32))) as f32;
+        let Some(c) = t_bound(t0, lo) else {
+            continue;
+        };
+        assert!(c > 0.0 && (c as f64) >= t0 as f64 * (1.0 - 2f64.powi(-21)) - (lo as f64).abs() - 2f64.powi(-147), "t0 {t0:e} lo {lo:e}: c {c:e}");
+        for centre in [t0 + lo, t0 - lo, -(t0 + lo), -(t0 - lo), lo + t0, lo - t0] {
+            for d in -4i32..=4 {
+                let t = f32::from_bits((centre.to_bits() as i32 + d) as u32);
+                if t.is_finite() && (t - lo).abs() >= t0 {
+                    assert!(t.abs() >= c, "t0 {t0:e} lo {lo:e}: t {t:e} has |t - lo| = {:e} >= t0 but |t| < c = {c:e}", (t - lo).abs());
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100_000, "{checked} values checked");
 }
