@@ -22,7 +22,7 @@ const WGK: [f64; 8] = [
     0.204_432_940_075_298_9,
     0.209_482_141_084_727_83,
 ];
-/// Gauss weights for XGK[1], XGK[3], XGK[5], XGK[7].
+/// Gauss weights for `XGK[1]`, `XGK[3]`, `XGK[5]`, `XGK[7]`.
 const WG: [f64; 4] = [0.129_484_966_168_869_7, 0.279_705_391_489_276_7, 0.381_830_050_505_118_9, 0.417_959_183_673_469_4];
 
 /// One 15-point Kronrod estimate and its error estimate (|K15 - G7|).
