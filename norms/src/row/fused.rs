@@ -521,8 +521,11 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
 /// for `lo` ([`lo_and_lane_max_abs`]), and the marking pass tests `|t|` against a bound just
 /// under `t0` ([`t_bound`]) rather than computing `z = t - lo`, and sums nothing when the sum
-/// is not needed. Uncentred (`z = x`), or where no such bound helps, one pass takes the maxima
-/// of `|x|`, and the marking pass tests and sums `|z|` itself. Either way the maxima are those
+/// is not needed. f16 and bf16 rows whose mean is small beside that bound test `|x|` itself,
+/// their magnitude bits as integers without widening (`F32x16::mark_pairs_16`, against
+/// [`abs_bound`] rounded down into the type). Uncentred (`z = x`), or where no such bound
+/// helps, one pass takes the maxima of `|x|`, and the marking pass tests and sums `|z|`
+/// itself. Either way the maxima are those
 /// of `|z|` itself, never NaN (`max_gt`/`min_lt` skip it; a row with a NaN or an infinity has a
 /// non-finite sum and is rescued anyway).
 #[inline(always)]
@@ -546,7 +549,15 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
         let l = V::splat(lo);
         let check = match t_bound(t0, lo) {
             Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
-                mark_pairs::<V, S, false>(x, |v| (v - h).abs(), c, mp);
+                // 16-bit storage: its magnitude bits against a bound of |x| itself, where there
+                // is one (`abs_bound`), without widening; else |t| against c.
+                let done = match abs_bound(c, hi).and_then(S::magnitude_floor_bits) {
+                    Some(bound) => V::mark_pairs_16(x.as_ptr() as *const u16, n / W, bound, mp),
+                    None => false,
+                };
+                if !done {
+                    mark_pairs::<V, S, false>(x, |v| (v - h).abs(), c, mp);
+                }
                 z_max
             }
             _ => mark_pairs::<V, S, true>(x, |v| ((v - h) - l).abs(), t0, mp),
@@ -562,6 +573,21 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     (lo, stat, check, next_sum)
 }
 
+/// A bound `m > 0` such that every value `x` with `|t| >= c`, `t = fl(x - hi)`, has `|x| >= m`:
+/// rounding to nearest gives `|x - hi| >= c (1 - 2^-24) - 2^-150`, so
+/// `|x| >= c (1 - 2^-24) - 2^-150 - |hi|`; computed in f64 with larger slacks and rounded down
+/// to f32, as [`t_bound`]. None when not positive (the row's mean is not small beside `c`).
+fn abs_bound(c: f32, hi: f32) -> Option<f32> {
+    round_down_positive((c as f64) * (1.0 - 2f64.powi(-22)) - (hi as f64).abs() - 2f64.powi(-148))
+}
+
+/// `b` rounded down to f32, if that is a positive finite value.
+fn round_down_positive(b: f64) -> Option<f32> {
+    let c = b as f32;
+    let c = if c as f64 > b { f32::from_bits(c.to_bits() - 1) } else { c };
+    (b.is_finite() && c > 0.0 && c.is_finite()).then_some(c)
+}
+
 /// A bound `c > 0` such that every value with `|z| >= t0`, `z = fl(t - lo)`, has `|t| >= c`, so
 /// that marking `|t| >= c` marks all candidates: rounding to nearest gives
 /// `|t - lo| >= t0 (1 - 2^-24) - 2^-150` for such a value, so `|t| >= t0 (1 - 2^-24) - 2^-150 -
@@ -569,10 +595,7 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
 /// and rounded down to f32. None when it is not positive (`t0` zero or tiny beside `lo`; also
 /// for a NaN or infinite `t0`, where the row is rescued).
 fn t_bound(t0: f32, lo: f32) -> Option<f32> {
-    let b = (t0 as f64) * (1.0 - 2f64.powi(-22)) - (lo as f64).abs() - 2f64.powi(-148);
-    let c = b as f32;
-    let c = if c as f64 > b { f32::from_bits(c.to_bits() - 1) } else { c };
-    (b.is_finite() && c > 0.0).then_some(c)
+    round_down_positive((t0 as f64) * (1.0 - 2f64.powi(-22)) - (lo as f64).abs() - 2f64.powi(-148))
 }
 
 /// `lo` of a centred row (`hi` given) and each lane's largest `|z|`, from the one pass that
@@ -598,8 +621,9 @@ unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S],
 
 /// The marking pass of [`top_k_lane_maxima`]: `a = f(v)` for each group `v` of 16 values, and
 /// per two groups (32 values), the mask `F32x16::ge_mask` of the larger of their `a` against
-/// `c`, at `marks` (one u16 per pair; room for n/32 + 8). With `SUM`, returns the lane sum of
-/// `a` over the row (the same sum, in the same order, as `lanes::sum_map`), else 0.
+/// `c`, at `marks` (one u16 per pair, stored as little-endian words of four; room for
+/// n/32 + 8). With `SUM`, returns the lane sum of `a` over the row (the same sum, in the same
+/// order, as `lanes::sum_map`), else 0.
 ///
 /// Candidates are rare and scattered (about 11 per Gaussian row of 1024 or 4096 at k = 8):
 /// compacting them in the pass, branch-free, cost two vector instructions per 16 values, and a
@@ -615,14 +639,30 @@ unsafe fn mark_pairs<V: F32x16, S: Storage, const SUM: bool>(x: &[S], f: impl Fn
     let xp = x.as_ptr();
     let cv = V::splat(c);
     let mut s = V::splat(0.0);
-    for p in 0..pairs {
-        let i = 2 * W * p;
-        let (a0, a1) = (f(S::load(xp.add(i))), f(S::load(xp.add(i + W))));
-        if SUM {
-            s = s + a0;
-            s = s + a1;
-        }
-        *marks.add(p) = V::max_gt(a0, a1).ge_mask(cv) as u16;
+    // The mask of pair p (a macro, not a closure: a closure called from several places was
+    // not inlined, and its SIMD operations became calls).
+    macro_rules! pair {
+        ($p:expr) => {{
+            let i = 2 * W * $p;
+            let (a0, a1) = (f(S::load(xp.add(i))), f(S::load(xp.add(i + W))));
+            if SUM {
+                s = s + a0;
+                s = s + a1;
+            }
+            V::max_gt(a0, a1).ge_mask(cv) as u64
+        }};
+    }
+    // Four masks per store: the word `gather_marked` loads (a load that spans several recent
+    // stores waits for them to reach the cache).
+    let mut p = 0;
+    while p + 4 <= pairs {
+        let word = pair!(p) | pair!(p + 1) << 16 | pair!(p + 2) << 32 | pair!(p + 3) << 48;
+        (marks.add(p) as *mut u64).write_unaligned(word);
+        p += 4;
+    }
+    while p < pairs {
+        *marks.add(p) = pair!(p) as u16;
+        p += 1;
     }
     if 2 * W * pairs < full {
         let a = f(S::load(xp.add(2 * W * pairs)));

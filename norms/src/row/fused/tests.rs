@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{rows_at, t_bound, Level, RESCUED};
+use super::{abs_bound, rows_at, t_bound, Level, RESCUED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -354,4 +354,34 @@ fn top_k_t_bound_keeps_every_candidate() {
         }
     }
     assert!(checked > 100_000, "{checked} values checked");
+}
+
+/// `abs_bound(c, hi)`: every f32 `x` with `|fl(x - hi)| >= c` has `|x| >= m`, checked where it
+/// could fail (x within a few ulps of `hi + c` and `hi - c`), for every scale of `c` and means
+/// `hi` from tiny to nearly `c`.
+#[test]
+fn top_k_abs_bound_keeps_every_marked_value() {
+    let mut rng = Rng(78);
+    let mut checked = 0;
+    for case in 0..20_000 {
+        let c = match case % 4 {
+            0 => f32::from_bits(1 + rng.below(1 << 12) as u32),
+            _ => (rng.normal().abs() * 2f64.powi(rng.below(200) as i32 - 100)) as f32,
+        };
+        let hi = (rng.normal() * c as f64 * 2f64.powi(-(rng.below(40) as i32))) as f32;
+        let Some(m) = abs_bound(c, hi) else {
+            continue;
+        };
+        assert!(m > 0.0 && (m as f64) >= c as f64 * (1.0 - 2f64.powi(-21)) - (hi as f64).abs() - 2f64.powi(-147), "c {c:e} hi {hi:e}: m {m:e}");
+        for centre in [hi + c, hi - c] {
+            for d in -4i32..=4 {
+                let x = f32::from_bits((centre.to_bits() as i32 + d) as u32);
+                if x.is_finite() && (x - hi).abs() >= c {
+                    assert!(x.abs() >= m, "c {c:e} hi {hi:e}: x {x:e} has |x - hi| = {:e} >= c but |x| < m = {m:e}", (x - hi).abs());
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 50_000, "{checked} values checked");
 }

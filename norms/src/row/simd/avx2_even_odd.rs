@@ -244,6 +244,12 @@ impl F32x16 for Avx2EvenOdd {
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
         super::sort16::top_k_of_few(a, m, k)
     }
+    /// [`super::avx2::mark_pairs_16`].
+    #[inline(always)]
+    unsafe fn mark_pairs_16(x: *const u16, groups: usize, bound: u16, marks: *mut u16) -> bool {
+        super::avx2::mark_pairs_16(x, groups, bound, marks);
+        true
+    }
     #[inline(always)]
     fn to_array(self) -> [f32; W] {
         let mut out = [0.0f32; W];

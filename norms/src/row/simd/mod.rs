@@ -125,6 +125,19 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     fn kth_largest_magnitude(self, k: usize) -> f32 {
         crate::row::rank_select::kth_largest_of_16(self.to_array(), k)
     }
+    /// For 16-bit sign-magnitude storage (f16, bf16) at `x`, `groups` whole groups of 16: the
+    /// pair masks of the fused Top-k's marking pass (`fused::mark_pairs`: bit b of `marks[p]`
+    /// set when value 32 p + b or value 32 p + 16 + b is marked) for `|x| >= bound`, `bound`
+    /// the bits of a non-negative value of the type, compared as integers with each value's
+    /// bits without the sign (the order of the magnitudes; NaN lies above infinity). Returns
+    /// whether it did: layouts without it leave the marking to the f32 lanes.
+    /// # Safety
+    /// As [`F32x16::splat`], `x` valid for reading `16 groups` values and `marks` for writing
+    /// `groups.div_ceil(2)` u16.
+    #[inline(always)]
+    unsafe fn mark_pairs_16(_x: *const u16, _groups: usize, _bound: u16, _marks: *mut u16) -> bool {
+        false
+    }
     /// `rank_select::top_k_of_few`: move the k largest of the m magnitudes `a[..m]`
     /// (1 <= k <= m <= `rank_select::FEW`) to `a[..k]`, descending.
     /// # Safety
@@ -156,6 +169,13 @@ pub(crate) trait Storage: Element {
     #[inline(always)]
     unsafe fn store_non_nan<V: F32x16>(v: V, p: *mut Self) {
         Self::store(v, p)
+    }
+    /// For the 16-bit types: the bits of the largest value of the type at most `m` (`m > 0`
+    /// finite), for [`F32x16::mark_pairs_16`]; for f16, infinity's bits when `m` is above its
+    /// largest finite value (no finite value reaches such a bound). None for f32.
+    #[inline(always)]
+    fn magnitude_floor_bits(_m: f32) -> Option<u16> {
+        None
     }
     /// [`Storage::store`] as a non-temporal store ([`F32x16::store_f32_nt`]).
     /// # Safety
@@ -201,6 +221,14 @@ impl Storage for f16 {
     // 65504.0
     const MAX_FINITE_BITS: u32 = 0x477F_E000;
     #[inline(always)]
+    fn magnitude_floor_bits(m: f32) -> Option<u16> {
+        let h = f16::from_f32(m);
+        // Rounded to nearest: one step down when that went up (an infinity steps down to the
+        // largest finite value, and stays the bound only when m is above it).
+        let bits = if h.to_f32() > m { h.to_bits() - 1 } else { h.to_bits() };
+        Some(bits.min(0x7C00))
+    }
+    #[inline(always)]
     unsafe fn load<V: F32x16>(p: *const Self) -> V {
         V::load_f16(p as *const u16)
     }
@@ -217,6 +245,11 @@ impl Storage for f16 {
 impl Storage for bf16 {
     // bf16::MAX = 3.3895314e38
     const MAX_FINITE_BITS: u32 = 0x7F7F_0000;
+    #[inline(always)]
+    fn magnitude_floor_bits(m: f32) -> Option<u16> {
+        // bf16 is the high half of f32: dropping the low half rounds a positive value down.
+        Some((m.to_bits() >> 16) as u16)
+    }
     #[inline(always)]
     unsafe fn load<V: F32x16>(p: *const Self) -> V {
         V::load_bf16(p as *const u16)
