@@ -519,15 +519,15 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// were found.
 ///
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
-/// for `lo` ([`lo_and_lane_max_abs`]), and the marking pass tests `|t|` against a bound just
-/// under `t0` ([`t_bound`]) rather than computing `z = t - lo`, and sums nothing when the sum
-/// is not needed. f16 and bf16 rows whose mean is small beside that bound test `|x|` itself,
-/// their magnitude bits as integers without widening (`F32x16::mark_pairs_16`, against
-/// [`abs_bound`] rounded down into the type). Uncentred (`z = x`), or where no such bound
-/// helps, one pass takes the maxima of `|x|`, and the marking pass tests and sums `|z|`
-/// itself. Either way the maxima are those
-/// of `|z|` itself, never NaN (`max_gt`/`min_lt` skip it; a row with a NaN or an infinity has a
-/// non-finite sum and is rescued anyway).
+/// for `lo` ([`lo_and_lane_max_abs`]), and the marking pass tests `|t|` against a bound `c` just
+/// under `t0` ([`bound_before_difference`]) rather than computing `z = t - lo`, and sums
+/// nothing when the sum is not needed. f16 and bf16 rows whose mean is small beside `c` test
+/// `|x|` itself, their magnitude bits as integers without widening (`F32x16::mark_pairs_16`,
+/// against the same kind of bound from `c` and `hi`, rounded down into the type). Uncentred
+/// (`z = x`), or where no such bound helps, one pass takes the maxima of `|x|`, and the
+/// marking pass tests and sums `|z|` itself. Either way the maxima are those of `|z|` itself,
+/// never NaN (`max_gt`/`min_lt` skip it; a row with a NaN or an infinity has a non-finite sum
+/// and is rescued anyway).
 #[inline(always)]
 unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -541,17 +541,17 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     let n = x.len();
     assert!(cand.len() >= n && marks.len() * 2 >= n / (2 * W) + 8, "top-k scratch too small");
     let mp = marks.as_mut_ptr() as *mut u16;
-    let h = V::splat(hi);
     let (lo, stat, check, next_sum) = if ctx.centred {
+        let h = V::splat(hi);
         let (lo, maxima, next_sum) = lo_and_lane_max_abs::<V, S>(ctx, x, hi, next);
         let t0 = maxima.kth_largest_magnitude(k);
         let z_max = lanes::max_of(maxima.to_array());
         let l = V::splat(lo);
-        let check = match t_bound(t0, lo) {
+        let check = match bound_before_difference(t0, lo) {
             Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
                 // 16-bit storage: its magnitude bits against a bound of |x| itself, where there
-                // is one (`abs_bound`), without widening; else |t| against c.
-                let done = match abs_bound(c, hi).and_then(S::magnitude_floor_bits) {
+                // is one, without widening; else |t| against c.
+                let done = match bound_before_difference(c, hi).and_then(S::magnitude_floor_bits) {
                     Some(bound) => V::mark_pairs_16(x.as_ptr() as *const u16, n / W, bound, mp),
                     None => false,
                 };
@@ -573,29 +573,20 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     (lo, stat, check, next_sum)
 }
 
-/// A bound `m > 0` such that every value `x` with `|t| >= c`, `t = fl(x - hi)`, has `|x| >= m`:
-/// rounding to nearest gives `|x - hi| >= c (1 - 2^-24) - 2^-150`, so
-/// `|x| >= c (1 - 2^-24) - 2^-150 - |hi|`; computed in f64 with larger slacks and rounded down
-/// to f32, as [`t_bound`]. None when not positive (the row's mean is not small beside `c`).
-fn abs_bound(c: f32, hi: f32) -> Option<f32> {
-    round_down_positive((c as f64) * (1.0 - 2f64.powi(-22)) - (hi as f64).abs() - 2f64.powi(-148))
-}
-
-/// `b` rounded down to f32, if that is a positive finite value.
-fn round_down_positive(b: f64) -> Option<f32> {
-    let c = b as f32;
-    let c = if c as f64 > b { f32::from_bits(c.to_bits() - 1) } else { c };
-    (b.is_finite() && c > 0.0 && c.is_finite()).then_some(c)
-}
-
-/// A bound `c > 0` such that every value with `|z| >= t0`, `z = fl(t - lo)`, has `|t| >= c`, so
-/// that marking `|t| >= c` marks all candidates: rounding to nearest gives
-/// `|t - lo| >= t0 (1 - 2^-24) - 2^-150` for such a value, so `|t| >= t0 (1 - 2^-24) - 2^-150 -
-/// |lo|`; the bound is computed in f64 with a larger slack (its own rounding is far smaller)
-/// and rounded down to f32. None when it is not positive (`t0` zero or tiny beside `lo`; also
-/// for a NaN or infinite `t0`, where the row is rescued).
-fn t_bound(t0: f32, lo: f32) -> Option<f32> {
-    round_down_positive((t0 as f64) * (1.0 - 2f64.powi(-22)) - (lo as f64).abs() - 2f64.powi(-148))
+/// A bound `m > 0` such that every f32 `u` with `|fl(u - v)| >= a` has `|u| >= m`: rounding to
+/// nearest gives `|u - v| >= a (1 - 2^-24) - 2^-150`, so `|u| >= a (1 - 2^-24) - 2^-150 - |v|`;
+/// computed in f64 with larger slacks (its own rounding is far smaller) and rounded down to
+/// f32. None when that is not positive (`a` zero or small beside `v`; also for a NaN or
+/// infinite `a`, where the row is rescued).
+///
+/// Top-k uses it twice ([`top_k_lane_maxima`]): with `(t0, lo)`, a bound on `|t|` for every
+/// candidate (`|z| >= t0`, `z = fl(t - lo)`); with `(c, hi)`, a bound on `|x|` for every value
+/// with `|t| >= c`, `t = fl(x - hi)`.
+fn bound_before_difference(a: f32, v: f32) -> Option<f32> {
+    let b = (a as f64) * (1.0 - 2f64.powi(-22)) - (v as f64).abs() - 2f64.powi(-148);
+    let m = b as f32;
+    let m = if m as f64 > b { f32::from_bits(m.to_bits() - 1) } else { m };
+    (b.is_finite() && m > 0.0 && m.is_finite()).then_some(m)
 }
 
 /// `lo` of a centred row (`hi` given) and each lane's largest `|z|`, from the one pass that

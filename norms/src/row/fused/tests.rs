@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{abs_bound, rows_at, t_bound, Level, RESCUED};
+use super::{bound_before_difference, rows_at, Level, RESCUED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -325,63 +325,36 @@ fn fused_equals_generic_on_long_top_k_rows() {
     }
 }
 
-/// `t_bound(t0, lo)`: every f32 `t` with `|fl(t - lo)| >= t0` has `|t| >= c`, checked on the
-/// values where it could fail (t within a few ulps of `t0 + lo` and `t0 - lo`, both signs),
-/// for thresholds and centring corrections of every scale, subnormals included; and the bound
-/// is not needlessly loose (at least `t0 (1 - 2^-21) - |lo| - 2^-147`).
+/// `bound_before_difference(a, v)`: every f32 `u` with `|fl(u - v)| >= a` has `|u| >= m`,
+/// checked on the values where it could fail (u within a few ulps of `a + v`, `a - v`, `v - a`
+/// and their negations), for bounds `a` and corrections `v` of every scale, subnormals
+/// included (Top-k's `(t0, lo)` and `(c, hi)`; two seeds, as the two uses had a test each);
+/// and the bound is not needlessly loose (at least `a (1 - 2^-21) - |v| - 2^-147`).
 #[test]
-fn top_k_t_bound_keeps_every_candidate() {
-    let mut rng = Rng(77);
-    let mut checked = 0;
-    for case in 0..20_000 {
-        let t0 = match case % 4 {
-            0 => f32::from_bits(1 + rng.below(1 << 12) as u32),
-            _ => (rng.normal().abs() * 2f64.powi(rng.below(200) as i32 - 100)) as f32,
-        };
-        let lo = (rng.normal() * t0 as f64 * 2f64.powi(-(rng.below(40) as i32))) as f32;
-        let Some(c) = t_bound(t0, lo) else {
-            continue;
-        };
-        assert!(c > 0.0 && (c as f64) >= t0 as f64 * (1.0 - 2f64.powi(-21)) - (lo as f64).abs() - 2f64.powi(-147), "t0 {t0:e} lo {lo:e}: c {c:e}");
-        for centre in [t0 + lo, t0 - lo, -(t0 + lo), -(t0 - lo), lo + t0, lo - t0] {
-            for d in -4i32..=4 {
-                let t = f32::from_bits((centre.to_bits() as i32 + d) as u32);
-                if t.is_finite() && (t - lo).abs() >= t0 {
-                    assert!(t.abs() >= c, "t0 {t0:e} lo {lo:e}: t {t:e} has |t - lo| = {:e} >= t0 but |t| < c = {c:e}", (t - lo).abs());
-                    checked += 1;
+fn top_k_bound_before_difference_keeps_every_candidate() {
+    for (seed, least) in [(77u64, 100_000), (78, 50_000)] {
+        let mut rng = Rng(seed);
+        let mut checked = 0;
+        for case in 0..20_000 {
+            let a = match case % 4 {
+                0 => f32::from_bits(1 + rng.below(1 << 12) as u32),
+                _ => (rng.normal().abs() * 2f64.powi(rng.below(200) as i32 - 100)) as f32,
+            };
+            let v = (rng.normal() * a as f64 * 2f64.powi(-(rng.below(40) as i32))) as f32;
+            let Some(m) = bound_before_difference(a, v) else {
+                continue;
+            };
+            assert!(m > 0.0 && (m as f64) >= a as f64 * (1.0 - 2f64.powi(-21)) - (v as f64).abs() - 2f64.powi(-147), "a {a:e} v {v:e}: m {m:e}");
+            for centre in [a + v, a - v, -(a + v), -(a - v), v + a, v - a] {
+                for d in -4i32..=4 {
+                    let u = f32::from_bits((centre.to_bits() as i32 + d) as u32);
+                    if u.is_finite() && (u - v).abs() >= a {
+                        assert!(u.abs() >= m, "a {a:e} v {v:e}: u {u:e} has |u - v| = {:e} >= a but |u| < m = {m:e}", (u - v).abs());
+                        checked += 1;
+                    }
                 }
             }
         }
+        assert!(checked > least, "seed {seed}: {checked} values checked");
     }
-    assert!(checked > 100_000, "{checked} values checked");
-}
-
-/// `abs_bound(c, hi)`: every f32 `x` with `|fl(x - hi)| >= c` has `|x| >= m`, checked where it
-/// could fail (x within a few ulps of `hi + c` and `hi - c`), for every scale of `c` and means
-/// `hi` from tiny to nearly `c`.
-#[test]
-fn top_k_abs_bound_keeps_every_marked_value() {
-    let mut rng = Rng(78);
-    let mut checked = 0;
-    for case in 0..20_000 {
-        let c = match case % 4 {
-            0 => f32::from_bits(1 + rng.below(1 << 12) as u32),
-            _ => (rng.normal().abs() * 2f64.powi(rng.below(200) as i32 - 100)) as f32,
-        };
-        let hi = (rng.normal() * c as f64 * 2f64.powi(-(rng.below(40) as i32))) as f32;
-        let Some(m) = abs_bound(c, hi) else {
-            continue;
-        };
-        assert!(m > 0.0 && (m as f64) >= c as f64 * (1.0 - 2f64.powi(-21)) - (hi as f64).abs() - 2f64.powi(-147), "c {c:e} hi {hi:e}: m {m:e}");
-        for centre in [hi + c, hi - c] {
-            for d in -4i32..=4 {
-                let x = f32::from_bits((centre.to_bits() as i32 + d) as u32);
-                if x.is_finite() && (x - hi).abs() >= c {
-                    assert!(x.abs() >= m, "c {c:e} hi {hi:e}: x {x:e} has |x - hi| = {:e} >= c but |x| < m = {m:e}", (x - hi).abs());
-                    checked += 1;
-                }
-            }
-        }
-    }
-    assert!(checked > 50_000, "{checked} values checked");
 }

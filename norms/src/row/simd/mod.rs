@@ -171,8 +171,7 @@ pub(crate) trait Storage: Element {
         Self::store(v, p)
     }
     /// For the 16-bit types: the bits of the largest value of the type at most `m` (`m > 0`
-    /// finite), for [`F32x16::mark_pairs_16`]; for f16, infinity's bits when `m` is above its
-    /// largest finite value (no finite value reaches such a bound). None for f32.
+    /// finite), for [`F32x16::mark_pairs_16`]. None for f32.
     #[inline(always)]
     fn magnitude_floor_bits(_m: f32) -> Option<u16> {
         None
@@ -223,10 +222,9 @@ impl Storage for f16 {
     #[inline(always)]
     fn magnitude_floor_bits(m: f32) -> Option<u16> {
         let h = f16::from_f32(m);
-        // Rounded to nearest: one step down when that went up (an infinity steps down to the
-        // largest finite value, and stays the bound only when m is above it).
-        let bits = if h.to_f32() > m { h.to_bits() - 1 } else { h.to_bits() };
-        Some(bits.min(0x7C00))
+        // Rounded to nearest: one step down when that went up (from 65520 on, m rounds to
+        // infinity, which steps down to the largest finite value).
+        Some(if h.to_f32() > m { h.to_bits() - 1 } else { h.to_bits() })
     }
     #[inline(always)]
     unsafe fn load<V: F32x16>(p: *const Self) -> V {
