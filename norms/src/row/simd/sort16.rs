@@ -107,10 +107,10 @@ pub(super) unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
     let live0 = _mm256_cmpgt_epi32(count, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     let live1 = _mm256_cmpgt_epi32(count, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
     let p = a.as_mut_ptr() as *mut i32;
-    // Lanes past m: -1, below every magnitude (a masked load reads none of their memory).
+    // Lanes past m: -1, below every magnitude (`a` holds 16 values: plain loads).
     let pad = _mm256_set1_epi32(-1);
-    let x0 = _mm256_blendv_epi8(pad, _mm256_maskload_epi32(p, live0), live0);
-    let x1 = _mm256_blendv_epi8(pad, _mm256_maskload_epi32(p.add(8), live1), live1);
+    let x0 = _mm256_blendv_epi8(pad, _mm256_loadu_si256(p as *const __m256i), live0);
+    let x1 = _mm256_blendv_epi8(pad, _mm256_loadu_si256(p.add(8) as *const __m256i), live1);
     let (s0, s1) = sort16_desc(x0, x1);
     _mm256_storeu_si256(p as *mut __m256i, s0);
     _mm256_storeu_si256(p.add(8) as *mut __m256i, s1);
