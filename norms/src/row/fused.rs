@@ -22,7 +22,7 @@
 
 use super::kernel::{needs_rescue, Scratch};
 use super::rank_select;
-use super::simd::{load_partial, sfence, store_partial, F32x16, Storage, W};
+use super::simd::{load_partial, sfence, store_partial, F32x16, MarkList, Storage, W};
 use super::stats::{self, Raw, RowCtx, RowStats};
 use crate::accum::Real;
 use crate::counters::Counters;
@@ -157,9 +157,10 @@ pub(crate) fn rows_at<S: Storage>(
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2,fma,f16c,popcnt")]
-        unsafe fn avx2<S: Storage>(
+        unsafe fn avx2<S: Storage, const KIND: u8>(
             ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
         ) -> Counters {
+            let ctx = &with_kind::<KIND>(ctx);
             // bf16 widens and rounds without shuffles when the even and odd lanes are apart.
             if same::<S, half::bf16>() {
                 rows::<super::simd::avx2_even_odd::Avx2EvenOdd, S>(ctx, xc, yc, sc, w, b, scr)
@@ -168,19 +169,67 @@ pub(crate) fn rows_at<S: Storage>(
             }
         }
         #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
-        unsafe fn avx512<S: Storage>(
+        unsafe fn avx512<S: Storage, const KIND: u8>(
             ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
         ) -> Counters {
-            rows::<super::simd::avx512::Avx512, S>(ctx, xc, yc, sc, w, b, scr)
+            rows::<super::simd::avx512::Avx512, S>(&with_kind::<KIND>(ctx), xc, yc, sc, w, b, scr)
+        }
+        // One function per kind and level: each holds only its kind's passes, so that the
+        // register allocation of one kind's loops does not depend on the others' code (in one
+        // function for all kinds, a change to Top-k's passes made L-inf's pass spill an
+        // accumulator to the stack, and the reverse).
+        macro_rules! by_kind {
+            ($f:ident) => {
+                match ctx.kind {
+                    NormKind::Rms => $f::<S, { Kind::Rms as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::Layer => $f::<S, { Kind::Layer as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::UnitL2 => $f::<S, { Kind::UnitL2 as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::L1 => $f::<S, { Kind::L1 as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::LInf => $f::<S, { Kind::LInf as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::TopK { .. } => $f::<S, { Kind::TopK as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                }
+            };
         }
         match level {
             // SAFETY: the level's features were detected at run time.
-            Level::Avx512 => return unsafe { avx512(ctx, xc, yc, sc, w, b, scr) },
-            Level::Avx2 => return unsafe { avx2(ctx, xc, yc, sc, w, b, scr) },
+            Level::Avx512 => return unsafe { by_kind!(avx512) },
+            Level::Avx2 => return unsafe { by_kind!(avx2) },
             Level::Generic => {}
         }
     }
     super::forward_rows::<S, f32>(ctx, xc, yc, sc, w, b, scr)
+}
+
+/// The norm kinds without their parameter, as the const parameter of the per-kind entry points
+/// of [`rows_at`].
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Kind {
+    Rms,
+    Layer,
+    UnitL2,
+    L1,
+    LInf,
+    TopK,
+}
+
+/// `ctx` with its kind rebuilt from the constant `KIND` (and Top-k's k from `ctx`): a kind the
+/// compiler knows, so that the passes of the other kinds drop out of the function.
+#[inline(always)]
+fn with_kind<const KIND: u8>(ctx: &RowCtx<f32>) -> RowCtx<f32> {
+    let kind = match KIND {
+        k if k == Kind::Rms as u8 => NormKind::Rms,
+        k if k == Kind::Layer as u8 => NormKind::Layer,
+        k if k == Kind::UnitL2 as u8 => NormKind::UnitL2,
+        k if k == Kind::L1 as u8 => NormKind::L1,
+        k if k == Kind::LInf as u8 => NormKind::LInf,
+        _ => match ctx.kind {
+            NormKind::TopK { k } => NormKind::TopK { k },
+            other => unreachable!("Top-k's entry point called for {other:?}"),
+        },
+    };
+    debug_assert_eq!(std::mem::discriminant(&kind), std::mem::discriminant(&ctx.kind));
+    RowCtx { kind, ..*ctx }
 }
 
 /// The rows of one task: each by [`row`], or by the generic kernel when it needs a rescue.
@@ -511,23 +560,23 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// surely finite (`check_sum_unneeded`), the largest `|z|`: the same rescue decision, as for
 /// L-inf.
 ///
-/// The k-th largest of the 16 lane maxima, `t0`, bounds the row's k-th largest `|z|` from
-/// below, so only the few values at or above it (about 11 in a Gaussian row of 1024 or 4096 at
-/// k = 8) are candidates. A pass marks the places that may hold one ([`mark_pairs`]), and
-/// [`top_k_of_marked`] gathers the marked values `>= t0` and selects the k largest of them,
-/// sorted as `stats::top_k_desc` does. The mean of those k values does not depend on how they
-/// were found.
+/// The k-th largest of 16 lane maxima of `|z|` (or of lower bounds of them), `t0`, bounds the
+/// row's k-th largest `|z|` from below, so only the few values at or above it (about 11 in a
+/// Gaussian row of 1024 or 4096 at k = 8) are candidates. A pass marks the values that may be
+/// one ([`mark_values`]), and [`top_k_of_marked`] gathers the marked values `>= t0` and
+/// selects the k largest of them, sorted as `stats::top_k_desc` does. The mean of those k
+/// values does not depend on how they were found, nor on how close `t0` is.
 ///
 /// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
-/// for `lo` ([`lo_and_lane_max_abs`]), and the marking pass tests `|t|` against a bound `c` just
-/// under `t0` ([`bound_before_difference`]) rather than computing `z = t - lo`, and sums
-/// nothing when the sum is not needed. f16 and bf16 rows whose mean is small beside `c` test
-/// `|x|` itself, their magnitude bits as integers without widening (`F32x16::mark_pairs_16`,
+/// for `lo` ([`lo_and_lane_max_abs_t`]); it keeps each lane's largest `|t|`, from which bounds
+/// of `|z|` follow (see the code). The marking pass tests `|t|` against a bound `c` just under
+/// `t0` ([`bound_before_difference`]) rather than computing `z = t - lo`, and sums nothing
+/// when the sum is not needed. f16 and bf16 rows whose mean is small beside `c` test `|x|`
+/// itself, their magnitude bits as integers without widening (`F32x16::mark_values_16`,
 /// against the same kind of bound from `c` and `hi`, rounded down into the type). Uncentred
-/// (`z = x`), or where no such bound helps, one pass takes the maxima of `|x|`, and the
-/// marking pass tests and sums `|z|` itself. Either way the maxima are those of `|z|` itself,
-/// never NaN (`max_gt`/`min_lt` skip it; a row with a NaN or an infinity has a non-finite sum
-/// and is rescued anyway).
+/// (`z = x`), or where no such bound helps, the marking pass tests and sums `|z|` itself.
+/// The maxima are never NaN (`max_gt` skips it; a row with a NaN or an infinity has a
+/// non-finite sum and is rescued anyway).
 #[inline(always)]
 unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -539,38 +588,93 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     next: Option<&[S]>,
 ) -> (f32, f32, f32, Option<f32>) {
     let n = x.len();
-    assert!(cand.len() >= n && marks.len() * 2 >= n / (2 * W) + 8, "top-k scratch too small");
-    let mp = marks.as_mut_ptr() as *mut u16;
+    // The marks in `marks`: a u64 per word of 64 values, then the bitmap of nonzero words.
+    let words = n / (4 * W) + 1;
+    assert!(cand.len() >= n && marks.len() >= 2 * (words + words / 64 + 1), "top-k scratch too small");
+    let wp = marks.as_mut_ptr() as *mut u64;
+    let mut list = MarkList::new(wp, wp.add(words));
+    let mp = &mut list;
     let (lo, stat, check, next_sum) = if ctx.centred {
         let h = V::splat(hi);
-        let (lo, maxima, next_sum) = lo_and_lane_max_abs::<V, S>(ctx, x, hi, next);
-        let t0 = maxima.kth_largest_magnitude(k);
-        let z_max = lanes::max_of(maxima.to_array());
+        let (lo, t_max, next_sum) = isolated_top_k_pass::<V, S>(ctx, x, hi, next);
+        // Bounds of |z| = |fl(t - lo)| from |t|, rounding being monotone: each lane's largest
+        // |z| is at least fl(max |t| - |lo|) (its value of largest |t| has that much), so the
+        // k-th largest of those bounds the row's k-th largest |z| from below; and every |z|
+        // is at most fl(max |t| + |lo|). Clamped at +0 (a NaN `lo` is rescued).
+        let lo_abs = V::splat(lo.abs());
+        let t0 = V::max_gt(t_max - lo_abs, V::splat(0.0)).kth_largest_magnitude(k);
+        let z_max = lanes::max_of(t_max.to_array()) + lo.abs();
         let l = V::splat(lo);
         let check = match bound_before_difference(t0, lo) {
             Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
                 // 16-bit storage: its magnitude bits against a bound of |x| itself, where there
                 // is one, without widening; else |t| against c.
                 let done = match bound_before_difference(c, hi).and_then(S::magnitude_floor_bits) {
-                    Some(bound) => V::mark_pairs_16(x.as_ptr() as *const u16, n / W, bound, mp),
+                    Some(bound) => V::mark_values_16(x.as_ptr() as *const u16, n / W, bound, mp),
                     None => false,
                 };
                 if !done {
-                    mark_pairs::<V, S, false>(x, |v| (v - h).abs(), c, mp);
+                    mark_values::<V, S, false>(x, |v| (v - h).abs(), c, mp);
                 }
                 z_max
             }
-            _ => mark_pairs::<V, S, true>(x, |v| ((v - h) - l).abs(), t0, mp),
+            _ => mark_values::<V, S, true>(x, |v| ((v - h) - l).abs(), t0, mp),
         };
-        let stat = top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), |v| ((v - hi) - lo).abs(), t0, k, cand, mp);
+        list.finish();
+        let stat = top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), |v| ((v - hi) - lo).abs(), t0, k, cand, &list);
         (lo, stat, check, next_sum)
     } else {
         let [m] = fold::<V, S, 1>(x, |v, [m]| [V::max_gt(v.abs(), m)]);
         let t0 = m.kth_largest_magnitude(k);
-        let check = mark_pairs::<V, S, true>(x, |v| v.abs(), t0, mp);
-        (0.0, top_k_of_marked::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, mp), check, None)
+        let check = mark_values::<V, S, true>(x, |v| v.abs(), t0, mp);
+        list.finish();
+        (0.0, top_k_of_marked::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, &list), check, None)
     };
     (lo, stat, check, next_sum)
+}
+
+/// [`lo_and_lane_max_abs_t`] in a function of its own (one per instruction set), never
+/// inlined: its loop gets a register allocation of its own. Inlined into the per-kind
+/// function of [`rows_at`], its accumulators could end up in a stack slot read and written in
+/// every iteration while registers stood free, depending on code elsewhere in the function
+/// (bf16 rows of 4096: 1.42 -> 1.62 us, from a change to the gather).
+#[inline(always)]
+unsafe fn isolated_top_k_pass<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma,f16c,popcnt")]
+        #[inline(never)]
+        unsafe fn avx2<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
+            lo_and_lane_max_abs_t::<V, S>(ctx, x, hi, next)
+        }
+        #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
+        #[inline(never)]
+        unsafe fn avx512<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
+            lo_and_lane_max_abs_t::<V, S>(ctx, x, hi, next)
+        }
+        if V::AVX512 {
+            avx512::<V, S>(ctx, x, hi, next)
+        } else {
+            avx2::<V, S>(ctx, x, hi, next)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    lo_and_lane_max_abs_t::<V, S>(ctx, x, hi, next)
+}
+
+/// `lo` of a centred row (`hi` given) and each lane's largest `|t|`, `t = x - hi`, from the
+/// one pass that sums `t`: what Top-k needs ([`top_k_lane_maxima`]), with one accumulator
+/// fewer than [`lo_and_lane_max_abs`] (the pass keeps every accumulator in a register). Never
+/// NaN (`max_gt` skips it; such a row has a non-finite `hi` or `lo`, which the callers check).
+#[inline(always)]
+unsafe fn lo_and_lane_max_abs_t<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
+    let zero = V::splat(0.0);
+    let h = V::splat(hi);
+    let ([d, m], next_sum) = fold_with_next::<V, S, 2>(x, [zero, zero], |v, [d, m]| {
+        let t = v - h;
+        [d + t, V::max_gt(t.abs(), m)]
+    }, next);
+    (lanes::combine(d.to_array()) * ctx.inv_n, m, next_sum)
 }
 
 /// A bound `m > 0` such that every f32 `u` with `|fl(u - v)| >= a` has `|u| >= m`: rounding to
@@ -611,56 +715,55 @@ unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S],
 }
 
 /// The marking pass of [`top_k_lane_maxima`]: `a = f(v)` for each group `v` of 16 values, and
-/// per two groups (32 values), the mask `F32x16::ge_mask` of the larger of their `a` against
-/// `c`, at `marks` (one u16 per pair, stored as little-endian words of four; room for
-/// n/32 + 8). With `SUM`, returns the lane sum of `a` over the row (the same sum, in the same
-/// order, as `lanes::sum_map`), else 0.
+/// its mask `F32x16::ge_mask` against `c`, four groups' to a word (bit b of word w for value
+/// 64 w + b) pushed to `list`. With `SUM`, returns the lane sum of `a` over the row (the same
+/// sum, in the same order, as `lanes::sum_map`), else 0.
 ///
 /// Candidates are rare and scattered (about 11 per Gaussian row of 1024 or 4096 at k = 8):
 /// compacting them in the pass, branch-free, cost two vector instructions per 16 values, and a
-/// branch per hit would be mispredicted about once per hit. So the pass only records masks,
-/// one per 32 values (a maximum per 16 values instead of a comparison, a move of the mask to a
-/// general register and a store), and [`gather_marked`] tests both values of each marked
-/// lane.
+/// branch per hit would be mispredicted about once per hit. So the pass only records masks
+/// (two groups' in one `F32x16::ge_mask_2`), and [`gather_marked`] visits the marked values.
 #[inline(always)]
-unsafe fn mark_pairs<V: F32x16, S: Storage, const SUM: bool>(x: &[S], f: impl Fn(V) -> V, c: f32, marks: *mut u16) -> f32 {
+unsafe fn mark_values<V: F32x16, S: Storage, const SUM: bool>(x: &[S], f: impl Fn(V) -> V, c: f32, list: &mut MarkList) -> f32 {
     let n = x.len();
     let full = n - n % W;
-    let pairs = full / (2 * W);
+    let groups = full / W;
     let xp = x.as_ptr();
     let cv = V::splat(c);
     let mut s = V::splat(0.0);
-    // The mask of pair p (a macro, not a closure: a closure called from several places was
-    // not inlined, and its SIMD operations became calls).
-    macro_rules! pair {
-        ($p:expr) => {{
-            let i = 2 * W * $p;
+    // The masks of groups g and g + 1 (a macro, not a closure: a closure called from several
+    // places was not inlined, and its SIMD operations became calls).
+    macro_rules! two {
+        ($g:expr) => {{
+            let i = W * $g;
             let (a0, a1) = (f(S::load(xp.add(i))), f(S::load(xp.add(i + W))));
             if SUM {
                 s = s + a0;
                 s = s + a1;
             }
-            V::max_gt(a0, a1).ge_mask(cv) as u64
+            V::ge_mask_2(a0, a1, cv) as u64
         }};
     }
-    // Four masks per store: the word `gather_marked` loads (a load that spans several recent
-    // stores waits for them to reach the cache).
-    let mut p = 0;
-    while p + 4 <= pairs {
-        let word = pair!(p) | pair!(p + 1) << 16 | pair!(p + 2) << 32 | pair!(p + 3) << 48;
-        (marks.add(p) as *mut u64).write_unaligned(word);
-        p += 4;
+    let mut g = 0;
+    while g + 4 <= groups {
+        let word = two!(g) | two!(g + 2) << 32;
+        list.push(word);
+        g += 4;
     }
-    while p < pairs {
-        *marks.add(p) = pair!(p) as u16;
-        p += 1;
-    }
-    if 2 * W * pairs < full {
-        let a = f(S::load(xp.add(2 * W * pairs)));
-        if SUM {
-            s = s + a;
+    if g < groups {
+        let mut word = 0u64;
+        if g + 2 <= groups {
+            word = two!(g);
+            g += 2;
         }
-        *marks.add(pairs) = a.ge_mask(cv) as u16;
+        if g < groups {
+            let a = f(S::load(xp.add(W * g)));
+            if SUM {
+                s = s + a;
+            }
+            word |= (a.ge_mask(cv) as u64) << (16 * (g % 4));
+        }
+        list.push(word);
     }
     if SUM && full < n {
         let a = f(load_partial::<V, S>(&x[full..]));
@@ -673,7 +776,7 @@ unsafe fn mark_pairs<V: F32x16, S: Storage, const SUM: bool>(x: &[S], f: impl Fn
     }
 }
 
-/// The mean of the k largest `|z|` of a row from the marks of [`mark_pairs`] (which cover at
+/// The mean of the k largest `|z|` of a row from the marks of [`mark_values`] (which cover at
 /// least every value of the whole groups with `|z| >= t0`; `t0` at most the k-th largest `|z|`):
 /// the marked values `>= t0` ([`gather_marked`]) and those of the tail (`z_abs`) gathered into
 /// `cand`, and the k largest of them selected and sorted as `stats::top_k_desc` does
@@ -686,11 +789,11 @@ unsafe fn top_k_of_marked<V: F32x16, S: Storage>(
     t0: f32,
     k: usize,
     cand: &mut [f32],
-    marks: *mut u16,
+    list: &MarkList,
 ) -> f32 {
     let n = x.len();
     let full = n - n % W;
-    let mut kept = gather_marked::<S>(&x[..full], marks, z_one, t0, cand);
+    let mut kept = gather_marked::<S>(&x[..full], list, z_one, t0, cand);
     if full < n {
         let a = z_abs(load_partial::<V, S>(&x[full..]));
         for &v in &a.to_array()[..n - full] {
@@ -709,55 +812,53 @@ unsafe fn top_k_of_marked<V: F32x16, S: Storage>(
     stats::mean_of_sorted_top_k(cand, k)
 }
 
-/// `|z| = z_one(x_j)` of both values (j and j + 16) of each marked lane of the pair masks at
-/// `marks` ([`mark_pairs`] over `x`, whole groups only), kept in `cand` when `>= t0`; returns
-/// how many. `z_one` performs the f32 operations of the passes on one value: the same bits.
-/// The masks past the last pair, up to a multiple of four, are cleared here.
+/// `|z| = z_one(x_j)` of each marked value of `list` ([`mark_values`] over `x`, whole groups
+/// only), kept in `cand` when `>= t0`; returns how many. `z_one` performs the f32 operations
+/// of the passes on one value: the same bits.
 ///
-/// Four masks make a word: bit 16 q + b of word w stands for values 128 w + 32 q + b and 16
-/// more (little-endian, x86 only). Marked values are scattered at random, and many words hold
-/// none: a branch on each word would be mispredicted often. So the words with a mark are
-/// listed first (a store and an add per word, no branch), and only those are visited. Each
-/// value tested is written to `cand[kept]` and counted only if kept: no branch on the test.
+/// Marked values are few and scattered at random, so a branch on a word's next mark would be
+/// mispredicted about once per word. Instead, for each 64 words, those with a mark (from the
+/// bitmap) are decoded to positions (four written unconditionally, the count advanced by the
+/// word's popcount; a branch only for a word with more than four, rare), and the positions
+/// visited in one loop with no branch but its own. Each value is written to `cand[kept]` and
+/// counted only if kept: `kept` is at most the number of values visited before, below
+/// `full <= cand.len()`.
 #[inline(always)]
-unsafe fn gather_marked<S: Storage>(x: &[S], marks: *mut u16, z_one: impl Fn(f32) -> f32, t0: f32, cand: &mut [f32]) -> usize {
-    let full = x.len();
-    let masks = full.div_ceil(2 * W);
-    let words = masks.div_ceil(4);
-    for m in masks..4 * words {
-        *marks.add(m) = 0;
-    }
-    let word = |w: usize| (marks.add(4 * w) as *const u64).read_unaligned();
-    let last = cand.len() - 1;
+unsafe fn gather_marked<S: Storage>(x: &[S], list: &MarkList, z_one: impl Fn(f32) -> f32, t0: f32, cand: &mut [f32]) -> usize {
+    debug_assert!(x.len() <= cand.len());
+    let (xp, cp) = (x.as_ptr(), cand.as_mut_ptr());
     let mut kept = 0usize;
-    // The two values of the lowest marked lane of `bits` (word w). The second is past the
-    // row's whole groups only in a lone last group: then it is the first again, not counted.
-    let mut take = |w: usize, bits: u64| {
-        let b = bits.trailing_zeros() as usize;
-        let j = 128 * w + 2 * (b & !15) + (b & 15);
-        let z = z_one(x.get_unchecked(j).to_f32());
-        *cand.get_unchecked_mut(kept.min(last)) = z;
-        kept += (z >= t0) as usize;
-        let second = j + W < full;
-        let z = z_one(x.get_unchecked(if second { j + W } else { j }).to_f32());
-        *cand.get_unchecked_mut(kept.min(last)) = z;
-        kept += (second && z >= t0) as usize;
-    };
-    let mut listed = [0u16; 64];
-    for start in (0..words).step_by(listed.len()) {
-        let end = words.min(start + listed.len());
-        let mut hit_words = 0usize;
-        for w in start..end {
-            *listed.get_unchecked_mut(hit_words) = (w - start) as u16;
-            hit_words += (word(w) != 0) as usize;
-        }
-        for &l in listed.get_unchecked(..hit_words) {
-            let w = start + l as usize;
-            let mut bits = word(w);
-            while bits != 0 {
-                take(w, bits);
-                bits &= bits - 1;
+    // Positions, within a block of 64 words, of the block's marks, and room for the four
+    // written unconditionally past the last. Uninitialised: only positions written are read.
+    let mut pos = [std::mem::MaybeUninit::<u16>::uninit(); 64 * 64 + 4];
+    let pp = pos.as_mut_ptr() as *mut u16;
+    for block in 0..list.count.div_ceil(64) {
+        let mut marked = 0usize;
+        let mut hit = list.nonzero.add(block).read_unaligned();
+        while hit != 0 {
+            let i = hit.trailing_zeros() as u16;
+            hit &= hit - 1;
+            let mut bits = list.words.add(64 * block + i as usize).read_unaligned();
+            let count = bits.count_ones() as usize;
+            let (base, at) = (64 * i, pp.add(marked));
+            // tzcnt of 0 is 64: past the count, harmless.
+            for q in 0..4 {
+                *at.add(q) = base + bits.trailing_zeros() as u16;
+                bits &= bits.wrapping_sub(1);
             }
+            let mut q = 4;
+            while bits != 0 {
+                *at.add(q) = base + bits.trailing_zeros() as u16;
+                bits &= bits - 1;
+                q += 1;
+            }
+            marked += count;
+        }
+        let first = xp.add(4096 * block);
+        for &p in std::slice::from_raw_parts(pp, marked) {
+            let z = z_one((*first.add(p as usize)).widen_one());
+            *cp.add(kept) = z;
+            kept += (z >= t0) as usize;
         }
     }
     kept

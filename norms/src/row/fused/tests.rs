@@ -296,7 +296,7 @@ fn ordinary_rows_are_not_rescued() {
     }
 }
 
-/// Top-k on rows longer than one block of the candidate gather (64 mask words, 8192 values):
+/// Top-k on rows longer than one block of the candidate gather (64 mask words, 4096 values):
 /// Gaussian rows, a constant row (every value a candidate) and rows with one or two outliers
 /// far into the row, for both centrings and k across the lane-maxima range.
 #[test]
@@ -322,6 +322,44 @@ fn fused_equals_generic_on_long_top_k_rows() {
         if !levels().is_empty() {
             assert!(checked > 0, "{checked} comparisons");
         }
+    }
+}
+
+/// Centred Top-k on rows whose mean is large beside their spread, where `lo` (the mean of
+/// `t = x - hi`, from the rounding of `hi`) is many ulps of `|t|`: the threshold is the k-th
+/// largest of `fl(max |t| - |lo|)` over the lanes, and a threshold from `max |t|` alone, or
+/// from `max |t| + |lo|`, drops the k-th largest `|z|` whenever it is a lane's largest `|t|`
+/// with the sign of `lo`. None of these rows is rescued (that would hide the fused path).
+#[test]
+fn fused_equals_generic_on_offset_top_k_rows() {
+    fn run<S: Storage>(offset: f64, spread: f64) -> usize {
+        let mut checked = 0;
+        // Lengths that are not powers of two: there `hi = sum / n` rounds even when the sum of
+        // 16-bit values is exact, so `lo` is nonzero in every type.
+        for n in [100usize, 1000, 1031] {
+            let mut rng = Rng(900 + n as u64);
+            let x: Vec<S> = (0..64 * n).map(|_| S::from_f64(offset + spread * rng.normal())).collect();
+            let (w, b) = affine(&mut rng, n);
+            for k in [1usize, 2, 8, 16] {
+                let spec = NormSpec { kind: NormKind::TopK { k }, centred: true, eps: 1e-5, constant: ConstMode::One };
+                checked += compare_spec::<S>(&spec, &x, n, &in_storage::<S>(&w), &in_storage::<S>(&b), "offset top-k rows");
+                let ctx = crate::row::ctx::<f32>(&spec, n).unwrap();
+                for level in levels() {
+                    let mut y = vec![S::default(); x.len()];
+                    let mut st = vec![RowStats::default(); 64];
+                    let before = RESCUED.with(|r| r.get());
+                    rows_at::<S>(level, &ctx, &x, &mut y, &mut st, None, None, &mut Scratch::<f32>::new(n));
+                    assert_eq!(RESCUED.with(|r| r.get()), before, "{level:?} {} n={n} k={k}: rows rescued", S::DTYPE);
+                    let with_lo = st.iter().filter(|s| s.mean_lo != 0.0).count();
+                    assert!(with_lo >= 32, "{} n={n}: only {with_lo} of 64 rows have lo != 0", S::DTYPE);
+                }
+            }
+        }
+        checked
+    }
+    let checked = run::<f32>(300.0, 0.05) + run::<f16>(24.0, 0.5) + run::<bf16>(6.0, 1.0);
+    if !levels().is_empty() {
+        assert!(checked > 0, "{checked} comparisons");
     }
 }
 

@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 use std::ops::{Add, Mul, Sub};
 
-use super::{F32x16, W};
+use super::{F32x16, MarkList, W};
 
 #[derive(Clone, Copy)]
 pub(crate) struct Avx2(pub(super) __m256, pub(super) __m256);
@@ -93,41 +93,61 @@ unsafe fn store_bf16_bits<const NT: bool>(p: *mut u16, lo: __m256i, hi: __m256i)
     }
 }
 
-/// `F32x16::mark_pairs_16`, for both AVX2 layouts: sixteen 16-bit values per register, their
-/// magnitude bits (the sign cleared) compared as i16 (all are non-negative there), the larger
-/// of two groups taken first; two pairs' compare masks narrowed to bytes together (`packs`
-/// interleaves the registers by 128-bit halves, the permute restores the order) give both
-/// pairs' masks in one `movemask`. Eight instructions per 32 values, where widening to f32
-/// and comparing there takes about 25.
+/// `F32x16::mark_values_16`, for both AVX2 layouts: sixteen 16-bit values per register, their
+/// magnitude bits (the sign cleared) compared as i16 (all are non-negative there); two
+/// groups' compare masks narrowed to bytes together (`packs` interleaves the registers by
+/// 128-bit halves, the permute restores the order) give both groups' masks in one
+/// `movemask`. Seven instructions per 32 values, where widening to f32 and comparing there
+/// takes about 25.
 #[inline(always)]
-pub(super) unsafe fn mark_pairs_16(x: *const u16, groups: usize, bound: u16, marks: *mut u16) {
+pub(super) unsafe fn mark_values_16(x: *const u16, groups: usize, bound: u16, list: &mut MarkList) {
     let magnitude = _mm256_set1_epi16(0x7FFF);
     // `mag > bound - 1` is `mag >= bound`; bound 0 gives -1, below every magnitude.
     let below = _mm256_set1_epi16((bound as i16).wrapping_sub(1));
-    let mag = |g: usize| _mm256_and_si256(_mm256_loadu_si256(x.add(W * g) as *const __m256i), magnitude);
-    let pair = |p: usize| _mm256_cmpgt_epi16(_mm256_max_epi16(mag(2 * p), mag(2 * p + 1)), below);
+    let group = |g: usize| {
+        let mag = _mm256_and_si256(_mm256_loadu_si256(x.add(W * g) as *const __m256i), magnitude);
+        _mm256_cmpgt_epi16(mag, below)
+    };
     let both = |a: __m256i, b: __m256i| _mm256_movemask_epi8(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(a, b))) as u32;
-    let pairs = groups / 2;
-    let mut p = 0;
-    // Four pairs' masks per store: the word the gather loads (a load that spans several
-    // recent stores waits for them to reach the cache).
-    while p + 4 <= pairs {
-        let lo = both(pair(p), pair(p + 1)) as u64;
-        let hi = both(pair(p + 2), pair(p + 3)) as u64;
-        (marks.add(p) as *mut u64).write_unaligned(lo | hi << 32);
-        p += 4;
+    let mut g = 0;
+    while g + 4 <= groups {
+        let lo = both(group(g), group(g + 1)) as u64;
+        let hi = both(group(g + 2), group(g + 3)) as u64;
+        list.push(lo | hi << 32);
+        g += 4;
     }
-    while p + 2 <= pairs {
-        (marks.add(p) as *mut u32).write_unaligned(both(pair(p), pair(p + 1)));
-        p += 2;
+    if g < groups {
+        let mut word = 0u64;
+        if g + 2 <= groups {
+            word = both(group(g), group(g + 1)) as u64;
+            g += 2;
+        }
+        if g < groups {
+            word |= ((both(group(g), group(g)) & 0xFFFF) as u64) << (16 * (g % 4));
+        }
+        list.push(word);
     }
-    if p < pairs {
-        *marks.add(p) = both(pair(p), pair(p)) as u16;
-    }
-    if 2 * pairs < groups {
-        let lone = _mm256_cmpgt_epi16(mag(2 * pairs), below);
-        *marks.add(pairs) = both(lone, lone) as u16;
-    }
+}
+
+/// The compare masks of four registers of eight f32 lanes, in that order, narrowed to bytes
+/// (two signed packs, which interleave by 128-bit halves) and moved to a word: bit b for
+/// byte b of the packed register, whose 4-byte quarters hold the lanes in the order
+/// `r0[0..4] r1[0..4] r2[0..4] r3[0..4] r0[4..8] r1[4..8] r2[4..8] r3[4..8]`.
+#[inline(always)]
+unsafe fn packed_masks(r: [__m256; 4], order: __m256i) -> u32 {
+    let c = |v: __m256| _mm256_castps_si256(v);
+    let p = _mm256_packs_epi32(c(r[0]), c(r[1]));
+    let q = _mm256_packs_epi32(c(r[2]), c(r[3]));
+    _mm256_movemask_epi8(_mm256_permutevar8x32_epi32(_mm256_packs_epi16(p, q), order)) as u32
+}
+
+/// [`F32x16::ge_mask_2`] for a layout whose registers hold lanes 0-7 and 8-15 of each group:
+/// four compares, three packs, a permute that puts the quarters back in memory order, and
+/// one `movemask`, where two `ge_mask` take eight instructions and two more to join them.
+#[inline(always)]
+pub(super) unsafe fn ge_mask_2_in_order(a: (__m256, __m256), b: (__m256, __m256), t: (__m256, __m256)) -> u32 {
+    let ge = |v: __m256, t: __m256| _mm256_cmp_ps::<_CMP_GE_OQ>(v, t);
+    packed_masks([ge(a.0, t.0), ge(a.1, t.1), ge(b.0, t.0), ge(b.1, t.1)], _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
 }
 
 impl F32x16 for Avx2 {
@@ -246,10 +266,16 @@ impl F32x16 for Avx2 {
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
         super::sort16::top_k_of_few(a, m, k)
     }
-    /// [`super::avx2::mark_pairs_16`].
+    /// [`ge_mask_2_in_order`].
     #[inline(always)]
-    unsafe fn mark_pairs_16(x: *const u16, groups: usize, bound: u16, marks: *mut u16) -> bool {
-        super::avx2::mark_pairs_16(x, groups, bound, marks);
+    fn ge_mask_2(a: Self, b: Self, t: Self) -> u32 {
+        // SAFETY: as in `add`.
+        unsafe { ge_mask_2_in_order((a.0, a.1), (b.0, b.1), (t.0, t.1)) }
+    }
+    /// [`mark_values_16`].
+    #[inline(always)]
+    unsafe fn mark_values_16(x: *const u16, groups: usize, bound: u16, list: &mut MarkList) -> bool {
+        mark_values_16(x, groups, bound, list);
         true
     }
     #[inline(always)]

@@ -58,6 +58,7 @@ unsafe fn bf16_bits(v: __m512) -> __m512i {
 }
 
 impl F32x16 for Avx512 {
+    const AVX512: bool = true;
     #[inline(always)]
     unsafe fn splat(v: f32) -> Self {
         Avx512(_mm512_set1_ps(v))

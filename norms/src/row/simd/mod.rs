@@ -125,19 +125,29 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     fn kth_largest_magnitude(self, k: usize) -> f32 {
         crate::row::rank_select::kth_largest_of_16(self.to_array(), k)
     }
-    /// For 16-bit sign-magnitude storage (f16, bf16) at `x`, `groups` whole groups of 16: the
-    /// pair masks of the fused Top-k's marking pass (`fused::mark_pairs`: bit b of `marks[p]`
-    /// set when value 32 p + b or value 32 p + 16 + b is marked) for `|x| >= bound`, `bound`
-    /// the bits of a non-negative value of the type, compared as integers with each value's
-    /// bits without the sign (the order of the magnitudes; NaN lies above infinity). Returns
-    /// whether it did: layouts without it leave the marking to the f32 lanes.
-    /// # Safety
-    /// As [`F32x16::splat`], `x` valid for reading `16 groups` values and `marks` for writing
-    /// `groups.div_ceil(2)` u16.
+    /// `a.ge_mask(t) | b.ge_mask(t) << 16`: the marks of two groups of 16 in one word, bit b
+    /// for value b of the 32 that `a` and then `b` hold in memory order.
     #[inline(always)]
-    unsafe fn mark_pairs_16(_x: *const u16, _groups: usize, _bound: u16, _marks: *mut u16) -> bool {
+    fn ge_mask_2(a: Self, b: Self, t: Self) -> u32 {
+        a.ge_mask(t) | b.ge_mask(t) << 16
+    }
+    /// For 16-bit sign-magnitude storage (f16, bf16) at `x`, `groups` whole groups of 16: the
+    /// marks of the fused Top-k's marking pass (`fused::mark_values`), in `list`, for
+    /// `|x| >= bound`, `bound` the bits of a non-negative value of the type, compared as
+    /// integers with each value's bits without the sign (the order of the magnitudes; NaN lies
+    /// above infinity). Returns whether it did: layouts without it leave the marking to the
+    /// f32 lanes.
+    /// # Safety
+    /// As [`F32x16::splat`], `x` valid for reading `16 groups` values and `list` as
+    /// [`MarkList::push`] for `groups.div_ceil(4)` more words (pushed; `finish` is the
+    /// caller's).
+    #[inline(always)]
+    unsafe fn mark_values_16(_x: *const u16, _groups: usize, _bound: u16, _list: &mut MarkList) -> bool {
         false
     }
+    /// Whether this is the AVX-512 layout (else an AVX2 one): which instruction set a function
+    /// of its own for this layout is compiled for (`fused::isolated_top_k_pass`).
+    const AVX512: bool = false;
     /// `rank_select::top_k_of_few`: move the k largest of the m magnitudes `a[..m]`
     /// (1 <= k <= m <= `rank_select::FEW`) to `a[..k]`, descending.
     /// # Safety
@@ -171,10 +181,17 @@ pub(crate) trait Storage: Element {
         Self::store(v, p)
     }
     /// For the 16-bit types: the bits of the largest value of the type at most `m` (`m > 0`
-    /// finite), for [`F32x16::mark_pairs_16`]. None for f32.
+    /// finite), for [`F32x16::mark_values_16`]. None for f32.
     #[inline(always)]
     fn magnitude_floor_bits(_m: f32) -> Option<u16> {
         None
+    }
+    /// One value as f32, as [`Storage::load`] widens it: the same value, and for a NaN a NaN
+    /// (whose payload may differ from `Element::to_f32`'s, which quiets it: a NaN only ever
+    /// fails comparisons where this is used).
+    #[inline(always)]
+    fn widen_one(self) -> f32 {
+        self.to_f32()
     }
     /// [`Storage::store`] as a non-temporal store ([`F32x16::store_f32_nt`]).
     /// # Safety
@@ -186,6 +203,52 @@ pub(crate) trait Storage: Element {
     #[inline(always)]
     unsafe fn store_non_nan_nt<V: F32x16>(v: V, p: *mut Self) {
         Self::store_nt(v, p)
+    }
+}
+
+/// The marks of a row's whole groups, as the marking pass makes them: bit b of word w for
+/// value 64 w + b, and bit i of `nonzero[m]` set when word 64 m + i has a mark. Most words
+/// have none; the bitmap, built in a register as the words go by (no branch, no store whose
+/// address depends on the data), lets the gather visit only those that do.
+pub(crate) struct MarkList {
+    /// The words (room for every word of the row).
+    pub words: *mut u64,
+    /// The bitmap of nonzero words (room for one bit per word of the row).
+    pub nonzero: *mut u64,
+    /// The bitmap's word being built.
+    pending: u64,
+    /// Words pushed.
+    pub count: usize,
+}
+
+impl MarkList {
+    /// An empty list writing to `words` and `nonzero`.
+    pub fn new(words: *mut u64, nonzero: *mut u64) -> Self {
+        MarkList { words, nonzero, pending: 0, count: 0 }
+    }
+    /// The next word (the row's words pushed in order, then [`MarkList::finish`]).
+    /// # Safety
+    /// `words` valid for writing `count + 1` words, `nonzero` for `(count + 1).div_ceil(64)`.
+    #[inline(always)]
+    pub unsafe fn push(&mut self, word: u64) {
+        let w = self.count;
+        self.words.add(w).write_unaligned(word);
+        self.pending |= ((word != 0) as u64) << (w % 64);
+        self.count = w + 1;
+        if self.count.is_multiple_of(64) {
+            self.nonzero.add(w / 64).write_unaligned(self.pending);
+            self.pending = 0;
+        }
+    }
+    /// Stores the bitmap's last, partial word.
+    /// # Safety
+    /// As [`MarkList::push`].
+    #[inline(always)]
+    pub unsafe fn finish(&mut self) {
+        if !self.count.is_multiple_of(64) {
+            self.nonzero.add(self.count / 64).write_unaligned(self.pending);
+            self.pending = 0;
+        }
     }
 }
 
@@ -243,6 +306,11 @@ impl Storage for f16 {
 impl Storage for bf16 {
     // bf16::MAX = 3.3895314e38
     const MAX_FINITE_BITS: u32 = 0x7F7F_0000;
+    /// The high half of an f32: a shift (`to_f32` also quiets a NaN).
+    #[inline(always)]
+    fn widen_one(self) -> f32 {
+        f32::from_bits((self.to_bits() as u32) << 16)
+    }
     #[inline(always)]
     fn magnitude_floor_bits(m: f32) -> Option<u16> {
         // bf16 is the high half of f32: dropping the low half rounds a positive value down.

@@ -4,7 +4,7 @@
 
 use half::{bf16, f16};
 
-use super::{F32x16, Storage, W};
+use super::{F32x16, MarkList, Storage, W};
 
 /// f32 probes: every widened f16 and bf16 value, their midpoints and neighbours, scattered bit
 /// patterns (NaNs with payloads, subnormals), the extremes.
@@ -95,6 +95,12 @@ unsafe fn lane_semantics<V: F32x16>() {
     let mn = V::min_lt(va, vm).to_array();
     let ab = va.abs().to_array();
     let ge = va.ge_mask(vm);
+    // Two groups' masks in one word: `a` then `m` itself (its NaN lane, and lanes equal to
+    // the bound, among them) against `m`.
+    assert_eq!(V::ge_mask_2(va, vm, vm), ge | vm.ge_mask(vm) << 16, "ge_mask_2");
+    let rev: [f32; W] = std::array::from_fn(|j| a[W - 1 - j]);
+    let vr = V::load_f32(rev.as_ptr());
+    assert_eq!(V::ge_mask_2(vr, va, vm), vr.ge_mask(vm) | ge << 16, "ge_mask_2 of other groups");
     let bits = V::splat(0.0).max_abs_bits(va).to_array();
     for j in 0..W {
         let want = if a[j] > m[j] { a[j] } else { m[j] };
@@ -144,7 +150,32 @@ unsafe fn selections<V: F32x16>() {
     }
 }
 
-/// `F32x16::mark_pairs_16` against its definition, for layouts that have it: random 16-bit
+/// `F32x16::ge_mask_2` against the definition of each bit, on random lanes (NaN, signed zeros
+/// and ties with the bound among them): a permutation of the packed masks that is wrong for
+/// any quarter of either group fails it.
+/// # Safety
+/// The CPU has V's instruction set.
+unsafe fn masks_2<V: F32x16>() {
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let pick = |r: u64| match r % 6 {
+        0 => [f32::NAN, 0.0, -0.0, 1.0, -1.0, f32::INFINITY][(r >> 8) as usize % 6],
+        _ => ((r >> 8) % 5) as f32 - 2.0,
+    };
+    for case in 0..2000 {
+        let v: [f32; 3 * W] = std::array::from_fn(|_| pick(next()));
+        let (a, b, t) = (V::load_f32(v.as_ptr()), V::load_f32(v.as_ptr().add(W)), V::load_f32(v.as_ptr().add(2 * W)));
+        let want = (0..2 * W).fold(0u32, |m, j| m | ((v[j] >= v[2 * W + j % W]) as u32) << j);
+        assert_eq!(V::ge_mask_2(a, b, t), want, "case {case}: {v:?}");
+    }
+}
+
+/// `F32x16::mark_values_16` against its definition, for layouts that have it: random 16-bit
 /// patterns (signed zeros, infinities and NaN among them), every group count up to 11 (lone
 /// last groups, single pairs, several words), bounds from 0 to infinity's bits; nothing is
 /// written past the last mask.
@@ -171,17 +202,22 @@ unsafe fn marks_16<V: F32x16>() {
             1 => 0x7C00,
             _ => next() as u16 & 0x7FFF,
         };
-        let masks = groups.div_ceil(2);
-        let mut marks = vec![0xA5A5u16; masks + 4];
-        if !V::mark_pairs_16(x.as_ptr(), groups, bound, marks.as_mut_ptr()) {
+        let words = groups.div_ceil(4);
+        let (mut w, mut nz) = (vec![0xA5A5_A5A5_A5A5_A5A5u64; words + 1], vec![0xA5A5_A5A5_A5A5_A5A5u64; 2]);
+        let mut list = MarkList::new(w.as_mut_ptr(), nz.as_mut_ptr());
+        if !V::mark_values_16(x.as_ptr(), groups, bound, &mut list) {
             return;
         }
-        let marked = |j: usize| j < x.len() && x[j] & 0x7FFF >= bound;
-        for (p, &got) in marks[..masks].iter().enumerate() {
-            let want = (0..W).fold(0u16, |m, b| m | (((marked(32 * p + b) || marked(32 * p + W + b)) as u16) << b));
-            assert_eq!(got, want, "groups {groups}, bound {bound:#x}, mask {p}");
+        list.finish();
+        assert_eq!(list.count, words, "groups {groups}: words pushed");
+        for (i, &got) in w[..words].iter().enumerate() {
+            let want = (64 * i..x.len().min(64 * i + 64)).fold(0u64, |m, j| m | ((x[j] & 0x7FFF >= bound) as u64) << (j - 64 * i));
+            assert_eq!(got, want, "groups {groups}, bound {bound:#x}, word {i}");
+            assert_eq!(nz[0] >> i & 1, (want != 0) as u64, "groups {groups}, bound {bound:#x}: bitmap bit {i}");
         }
-        assert!(marks[masks..].iter().all(|&m| m == 0xA5A5), "groups {groups}: written past the last mask");
+        assert_eq!(nz[0] >> words, 0, "groups {groups}: bitmap bits past the last word");
+        assert_eq!(nz[1], 0xA5A5_A5A5_A5A5_A5A5, "groups {groups}: written past the bitmap");
+        assert!(w[words..].iter().all(|&m| m == 0xA5A5_A5A5_A5A5_A5A5), "groups {groups}: written past the last word");
     }
 }
 
@@ -202,6 +238,8 @@ fn avx2_matches_the_scalar_definitions() {
         selections::<super::avx2_even_odd::Avx2EvenOdd>();
         marks_16::<super::avx2::Avx2>();
         marks_16::<super::avx2_even_odd::Avx2EvenOdd>();
+        masks_2::<super::avx2::Avx2>();
+        masks_2::<super::avx2_even_odd::Avx2EvenOdd>();
     }
     // SAFETY: detected above.
     unsafe { run() }
@@ -219,6 +257,7 @@ fn avx512_matches_the_scalar_definitions() {
         conversions::<super::avx512::Avx512>();
         lane_semantics::<super::avx512::Avx512>();
         selections::<super::avx512::Avx512>();
+        masks_2::<super::avx512::Avx512>();
     }
     // SAFETY: detected above.
     unsafe { run() }
