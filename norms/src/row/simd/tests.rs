@@ -150,19 +150,24 @@ unsafe fn selections<V: F32x16>() {
     }
 }
 
+/// The xorshift64 generator from `seed` (nonzero): the random inputs of the tests below.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut s = seed;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    }
+}
+
 /// `F32x16::ge_mask_2` against the definition of each bit, on random lanes (NaN, signed zeros
 /// and ties with the bound among them): a permutation of the packed masks that is wrong for
 /// any quarter of either group fails it.
 /// # Safety
 /// The CPU has V's instruction set.
 unsafe fn masks_2<V: F32x16>() {
-    let mut s = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
     let pick = |r: u64| match r % 6 {
         0 => [f32::NAN, 0.0, -0.0, 1.0, -1.0, f32::INFINITY][(r >> 8) as usize % 6],
         _ => ((r >> 8) % 5) as f32 - 2.0,
@@ -182,13 +187,7 @@ unsafe fn masks_2<V: F32x16>() {
 /// # Safety
 /// The CPU has V's instruction set.
 unsafe fn marks_16<V: F32x16>() {
-    let mut s = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
     for case in 0..3000 {
         let groups = 1 + case % 11;
         let x: Vec<u16> = (0..W * groups)
@@ -273,11 +272,9 @@ fn magnitude_floor_bits_is_the_largest_value_at_most_m() {
         assert!(to_f64(got) <= m as f64, "m {m:e}: {got:#x} is above it");
         assert!(got == max_bits || to_f64(got + 1) > m as f64, "m {m:e}: {got:#x} is not the largest");
     }
-    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = xorshift(0x2545_F491_4F6C_DD1D);
     for case in 0..100_000u32 {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
+        let s = next();
         let m = match case % 3 {
             0 => f32::from_bits((s as u32) & 0x7F7F_FFFF).max(f32::from_bits(1)),
             1 => (s >> 40) as f32 * 2f32.powi((case % 60) as i32 - 40),
