@@ -2,7 +2,7 @@
 //! a non-empty directory that is not a comparison, or a file give a clear error and are left
 //! untouched.
 
-mod compare_common;
+use crate::compare_common;
 
 use std::process::Command;
 

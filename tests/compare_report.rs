@@ -2,7 +2,7 @@
 //! (change an input, the report changes), the claims' verdicts follow the numbers, and the
 //! report files and plots are all written.
 
-mod compare_common;
+use crate::compare_common;
 
 use compare_common::*;
 use normlab::compare::manifest::prepare_dir;

@@ -1,7 +1,7 @@
 //! Resuming a half-finished comparison completes it without re-running finished cells, and an
 //! interrupted cell is resumed (from its checkpoint), through a fake cell runner.
 
-mod compare_common;
+use crate::compare_common;
 
 use std::path::Path;
 use std::sync::Mutex;

@@ -4,7 +4,7 @@
 //! bf16 mixed precision; a short training run of each architecture through the real training
 //! step; and the typed refusals of what no path runs on a device (`model::check_device`).
 
-mod model_common;
+use crate::model_common;
 
 use candle_core::{DType, Device, DeviceLocation, Tensor};
 use model_common::{cfg, norms_for, tokens, values};

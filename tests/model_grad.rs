@@ -1,7 +1,7 @@
 //! Finite-difference gradients of a small model of every architecture and norm choice (f64
 //! storage, f64 compute, f64 accumulation), and a short training run per architecture.
 
-mod model_common;
+use crate::model_common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};

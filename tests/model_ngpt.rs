@@ -1,7 +1,7 @@
 //! nGPT against an independent f64 reference written with plain loops (algorithms.md 1.3), and
 //! the init invariants of algorithms.md 1.10.
 
-mod model_common;
+use crate::model_common;
 
 use candle_core::{DType, Device};
 use model_common::{cfg, line_norms, tokens, values};

@@ -1,7 +1,7 @@
 //! Model structure: forward shape/dtype for every arch x norm x dtype, projections, safetensors
 //! round trips, parameter names, anGPT factors, bad configurations.
 
-mod model_common;
+use crate::model_common;
 
 use candle_core::{DType, Device, Tensor};
 use model_common::{cfg, line_norms, norms_for, tokens, values};

@@ -4,7 +4,7 @@
 //! f64 and f32 storage with the matching accumulator, bf16 with the f32 accumulator. Then the
 //! typed refusals of `norm_on`.
 
-mod ops_common;
+use crate::ops_common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use normlab::norms::{Accum, NormKind, NormSpec};

@@ -1,7 +1,7 @@
 //! The candle forward equals `normlab_norms::row::forward` bitwise, for every kind, dtype,
 //! shape and magnitude; strided inputs equal their contiguous copies; telemetry counts.
 
-mod ops_common;
+use crate::ops_common;
 
 use candle_core::{DType, Device, Module, Result, Tensor, WithDType};
 use normlab::norms::{Accum, Element, NormKind, NormSpec};

@@ -2,7 +2,7 @@
 //! weight and bias, every kind and dtype; f64 finite differences agree; gradients flow back
 //! through strided views; statistics are per call.
 
-mod ops_common;
+use crate::ops_common;
 
 use candle_core::{DType, Device, Module, Result, Tensor, Var, WithDType};
 use normlab::norms::{Accum, Element, NormKind, NormSpec};

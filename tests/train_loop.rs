@@ -2,7 +2,7 @@
 //! projection, exact resume, corrupt checkpoints, dynamic loss scaling under real f16
 //! overflow, divergence, accumulation-overflow telemetry.
 
-mod train_common;
+use crate::train_common;
 
 use std::path::Path;
 

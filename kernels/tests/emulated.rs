@@ -11,7 +11,7 @@
 //! nearly equal fp32 terms of that size);
 //! weight/bias gradients within 1 ulp plus `2^-18` of the sum of the absolute row terms.
 
-mod common;
+use crate::common;
 
 use common::*;
 use half::{bf16, f16};

@@ -20,7 +20,7 @@
 //! edge channels (all zero, +-65504, NaN, +-Inf, bf16 near 3e38 and 1e-39). Orders fwd, rev,
 //! random and reversed blocks give bitwise identical results.
 
-mod common;
+use crate::common;
 
 use common::{Data, Rng, H};
 use half::{bf16, f16};

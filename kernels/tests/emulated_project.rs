@@ -21,7 +21,7 @@
 //!   several thread orders and the reversed block order (bitwise identical results);
 //! - typed errors for bad input.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use half::{bf16, f16};
@@ -86,7 +86,7 @@ fn cpu_project<S: Element>(w: &mut [S], shape: MatShape, p: Projection) -> Proje
     }
 }
 
-/// Elements (over the whole test binary) whose kernel value differs from the CPU path's bits.
+/// Elements (over this file's tests) whose kernel value differs from the CPU path's bits.
 static DIFFER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn ulps<T: Element>(got: T, want: f64) -> f64 {

@@ -18,7 +18,7 @@
 //! - da (fp32): `|got - want| <= 2^-22 |want| + sum over rows of (slack of the term + 2^-17 |term|)`,
 //!   the slack of an nGPT term `dr (B - h)` being `slack_dr |B - h| + 2^-18 |dr| (|B| + |h|)`.
 
-mod common;
+use crate::common;
 
 use common::{max_ulp_err, Rng, H};
 use half::{bf16, f16};

@@ -12,7 +12,7 @@
 //!   and the conversion itself bit-exact against normlab-norms' `Element::from_f32` on every
 //!   fp16 and bf16 value in [-1, 1] at several scales.
 
-mod common;
+use crate::common;
 
 use common::*;
 use float8::F8E4M3;

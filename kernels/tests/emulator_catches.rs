@@ -8,7 +8,7 @@
 //! | out-of-bounds read `x[n]` | AddressSanitizer (heap-buffer-overflow) |
 //! | `__syncthreads` in a divergent branch | the emulator's barrier check (abort with both call sites) |
 
-mod common;
+use crate::common;
 
 use common::{compile_cxx, run_prog};
 

@@ -4,7 +4,7 @@
 //! ThreadSanitizer (data races on shared and global memory) and with AddressSanitizer +
 //! UndefinedBehaviorSanitizer (out-of-bounds, misaligned accesses, UB). Any report fails.
 
-mod common;
+use crate::common;
 
 use common::{assert_sanitizer_clean, Sanitizer};
 

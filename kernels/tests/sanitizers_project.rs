@@ -6,7 +6,7 @@
 //! and with AddressSanitizer + UndefinedBehaviorSanitizer (out-of-bounds, misaligned accesses,
 //! UB). Any report fails.
 
-mod common;
+use crate::common;
 
 use common::{assert_sanitizer_clean, Sanitizer};
 

@@ -7,7 +7,7 @@
 //! the tolerance `1e-6 (1 + max |grad|)`. Inputs are random Gaussians, so the L-inf / Top-k
 //! selections have margins far above `h` (checked for every case: `assert_no_kink_near`).
 
-mod batch_common;
+use crate::batch_common;
 
 use batch_common::{layouts, specs, Rng};
 use normlab_norms::batch::{self, mean_only, Convention, Layout, Mode, RunningStats};

@@ -4,7 +4,7 @@
 
 #![allow(clippy::needless_range_loop)]
 
-mod batch_common;
+use crate::batch_common;
 
 use batch_common::{channel, forward_ref, index, layouts, specs, Rng};
 use normlab_norms::batch::{self, Layout, Mode};

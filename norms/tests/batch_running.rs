@@ -3,7 +3,7 @@
 
 #![allow(clippy::needless_range_loop)]
 
-mod batch_common;
+use crate::batch_common;
 
 use batch_common::{channel, channel_ref, index, specs, Rng};
 use normlab_norms::batch::{self, mean_only, Convention, Layout, Mode, RunningStats};

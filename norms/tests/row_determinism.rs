@@ -3,7 +3,7 @@
 //! Shapes are chosen so that the work is split: the forward groups rows into tasks of 2^15
 //! elements, the backward sums the weight gradient over 64 row blocks.
 
-mod common;
+use crate::common;
 
 use common::{kinds, to_t, Rng};
 use normlab_norms::{bf16, f16, row, Accum, Counters, Element, NormSpec, RowStats};

@@ -8,7 +8,7 @@
 //!   nor `acc_overflow`). That is the formula with eps = 0, as nGPT's `justnorm` (no eps) does;
 //!   the count makes it visible rather than a silent 0.
 
-mod common;
+use crate::common;
 
 use common::{all_specs, crate_f64_forward, crate_forward, textbook, to_f64, to_t, Rng};
 use normlab_norms::{bf16, f16, row, Accum, ConstMode, Counters, DType, Element, NormKind, NormSpec, RowStats, F8E4M3, F8E5M2};

@@ -5,8 +5,6 @@
 //! Decision: an empty batch (x of length 0 with n >= 1) is not an error, it has zero rows;
 //! an empty normalized dimension (n = 0) is.
 
-mod common;
-
 use normlab_norms::{row, Accum, ConstMode, Counters, NormError, NormKind, NormSpec, Result, RowStats};
 use proptest::prelude::*;
 

@@ -12,7 +12,7 @@
 //! maximum or Top-k boundary are closer than 1e-3 (in |z|) are regenerated (those choices
 //! move by at most 2h under the perturbation); the tie rules are tested in `row_edge.rs`.
 
-mod common;
+use crate::common;
 
 use common::{all_specs, textbook, Rng};
 use normlab_norms::{row, Accum, NormSpec, RowStats};

@@ -20,7 +20,7 @@
 //! # Bound for f32 storage
 //! See [`F32_BOUND_ULPS`].
 
-mod common;
+use crate::common;
 
 use common::{all_specs, crate_f64_forward, crate_forward, to_f64, to_t, Rng};
 use normlab_norms::{bf16, f16, Accum, DType, Element, NormSpec, F8E4M3, F8E5M2};

@@ -13,7 +13,7 @@
 //! The scale constants themselves are checked against an independent integration
 //! (`constants_match_independent_integration`), so the textbook and the crate share nothing.
 
-mod common;
+use crate::common;
 
 use common::{all_specs, crate_f64_forward, textbook, Rng, AFFINE_MODES};
 use normlab_norms::{constants, ConstMode, NormKind, NormSpec};

@@ -9,13 +9,13 @@
 //!   generate a seed and a shape and shrinking stays cheap.
 //! - spec enumeration ([`all_specs`]) and conversion helpers.
 //!
-//! Each test binary uses only part of this module.
+//! Each test file uses only part of this module.
 #![allow(dead_code)]
 
 use normlab_norms::{row, Accum, ConstMode, Counters, Element, NormKind, NormSpec, RowStats};
 
 /// Number of proptest cases: `default`, or `ROW_TEST_CASES` from the environment for a long
-/// soak run (`ROW_TEST_CASES=2000 cargo test -p normlab-norms --release --test row_lowprec`).
+/// soak run (`ROW_TEST_CASES=2000 cargo test -p normlab-norms --release --test integration row_lowprec::`).
 pub fn cases(default: u32) -> u32 {
     std::env::var("ROW_TEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
