@@ -4,8 +4,8 @@
 //! binary need not be.
 //!
 //! Why one binary: in release mode each test binary compiles its own copies of the generic code
-//! it calls (normlab's and candle's) and links all of candle; twenty-one binaries made much of
-//! CI's time. The helpers (`*_common`) are modules of this crate, used by the files that need
+//! it calls (normlab's and candle's) and links all of candle; twenty binaries made much of CI's
+//! time. The helpers (`*_common`) are modules of this crate, used by the files that need
 //! them.
 
 mod compare_common;
