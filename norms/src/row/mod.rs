@@ -94,6 +94,12 @@ pub(crate) fn ctx<A: Real>(spec: &NormSpec, n: usize) -> Result<RowCtx<A>> {
     })
 }
 
+/// Whether the fused forward's store pass prefetches the row ahead (`fused::rows`). On; a
+/// switch only so that `examples/prefetch_ahead.rs` can measure what it brings, alternating in
+/// one process (this host's speed drifts too much between processes).
+#[doc(hidden)]
+pub static PREFETCH_AHEAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether a forward that reads and writes `bytes` in all (input plus output) should write
 /// around the caches: when they do not fit in the last-level cache together, the output's lines
 /// are evicted before anyone reads them, and a normal store first reads every destination line

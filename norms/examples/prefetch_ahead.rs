@@ -1,0 +1,64 @@
+//! What the store pass's prefetch of the row ahead brings (`row::PREFETCH_AHEAD`): each case
+//! timed with it on and off, alternating run by run in one process, so that both medians come
+//! from the same stretch of this shared machine's load. Gaussian inputs, a weight, accum f32,
+//! all threads.
+//!
+//! ```text
+//! cargo run --release -p normlab-norms --example prefetch_ahead -- 60 4096x1024,16384x4096 f32,f16,bf16 rms,layer,topk
+//! ```
+//!
+//! Arguments: runs per setting, shapes, dtypes, kinds (comma-separated). Prints the medians and
+//! their ratio (off / on: above 1, the prefetch helps).
+mod common;
+use common::gaussian;
+use normlab_norms::{bf16, f16, row, Accum, Element, NormSpec, RowStats};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
+    let spec = NormSpec::new(common::kind(kind, 8), 1e-5);
+    let x: Vec<T> = gaussian(rows * n).into_iter().map(T::from_f64).collect();
+    let w: Vec<T> = (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect();
+    let mut y = vec![T::default(); rows * n];
+    let mut st = vec![RowStats::default(); rows];
+    let mut t = [Vec::new(), Vec::new()];
+    for r in 0..reps * 2 + 4 {
+        let on = r % 2 == 0;
+        row::PREFETCH_AHEAD.store(on, Ordering::Relaxed);
+        let t0 = Instant::now();
+        row::forward(&spec, Accum::F32, &x, n, Some(&w), None, &mut y, Some(&mut st)).unwrap();
+        let dt = t0.elapsed().as_secs_f64() * 1e3;
+        if r >= 4 {
+            t[on as usize].push(dt);
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (on, off) = (med(&mut t[1]), med(&mut t[0]));
+    println!("{rows}x{n} {name:4} {kind:7} prefetch {on:.3} ms  none {off:.3} ms  off/on {:.3}", off / on);
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() != 5 {
+        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
+        std::process::exit(2);
+    }
+    let reps: usize = a[1].parse().expect("RUNS");
+    for shape in a[2].split(',') {
+        let (rows, n) = shape.split_once('x').expect("shape ROWSxN");
+        let (rows, n): (usize, usize) = (rows.parse().expect("ROWS"), n.parse().expect("N"));
+        for d in a[3].split(',') {
+            for k in a[4].split(',') {
+                match d {
+                    "f32" => run::<f32>(d, k, rows, n, reps),
+                    "f16" => run::<f16>(d, k, rows, n, reps),
+                    "bf16" => run::<bf16>(d, k, rows, n, reps),
+                    other => panic!("unknown dtype {other}"),
+                }
+            }
+        }
+    }
+}
