@@ -1125,10 +1125,10 @@ unsafe fn output<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS_B:
 /// that row is read from memory while this one is computed and written, not after. Without
 /// it a row's passes ran in turn: the first read the row from memory, and the memory idled
 /// while the others ran from L1. In-process A/B on the AVX2 host of the README
-/// (`examples/prefetch_ahead.rs`, medians): f32 4096x1024 2-17% faster (Top-k 5-14%),
-/// 16384x4096 f32 and f16 -2 to +7%, bf16 0-19%; 4096x1024 f16/bf16, which stay in L3 and
-/// are limited by the instructions, within 1-2% either way. Prefetching the whole row at the
-/// row's start had made 16384x4096 2-10% slower.
+/// (`examples/prefetch_ahead.rs`, time without over time with, medians): f32 4096x1024
+/// 1.02-1.22 (Top-k 1.05-1.14); 16384x4096 f32 0.97-1.07, f16 1.01-1.07, bf16 1.00-1.19;
+/// 4096x1024 f16/bf16, which stay in L3 and are limited by the instructions, 0.97-1.02.
+/// Prefetching the whole row at the row's start had made 16384x4096 2-10% slower.
 #[inline(always)]
 unsafe fn store_groups<
     V: F32x16,
