@@ -40,8 +40,8 @@ fn run<T: Element>(spec: &NormSpec, rows: usize, n: usize, reps: usize, gauss: b
     } else {
         (0..rows * n).map(|i| T::from_f64(((i as f64) * 0.618_033_988_7).fract() * 4.0 - 2.0)).collect()
     };
-    let w: Vec<T> = (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect();
-    let b: Vec<T> = (0..n).map(|i| T::from_f64(0.01 * (i % 5) as f64)).collect();
+    let w: Vec<T> = common::weight(n);
+    let b: Vec<T> = common::bias(n);
     let bias = (spec.kind == NormKind::Layer).then_some(&b[..]);
     let mut y = vec![T::default(); rows * n];
     let mut st = vec![RowStats::default(); rows];

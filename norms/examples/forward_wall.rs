@@ -19,8 +19,8 @@ use std::time::Instant;
 
 fn run<T: Element>(kinds: &[&str], rows: usize, n: usize, reps: usize) {
     let x: Vec<T> = gaussian(rows * n).into_iter().map(T::from_f64).collect();
-    let w: Vec<T> = (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect();
-    let b: Vec<T> = (0..n).map(|i| T::from_f64(0.01 * (i % 5) as f64)).collect();
+    let w: Vec<T> = common::weight(n);
+    let b: Vec<T> = common::bias(n);
     let mut y = vec![T::default(); rows * n];
     let mut st = vec![RowStats::default(); rows];
     for name in kinds {

@@ -18,7 +18,7 @@ use std::time::Instant;
 fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
     let spec = NormSpec::new(common::kind(kind, 8), 1e-5);
     let x: Vec<T> = gaussian(rows * n).into_iter().map(T::from_f64).collect();
-    let w: Vec<T> = (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect();
+    let w: Vec<T> = common::weight(n);
     let mut y = vec![T::default(); rows * n];
     let mut st = vec![RowStats::default(); rows];
     let mut t = [Vec::new(), Vec::new()];
@@ -33,7 +33,7 @@ fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
         }
     }
     let med = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     let (on, off) = (med(&mut t[1]), med(&mut t[0]));

@@ -2,7 +2,7 @@
 //! (Each example uses part of it.)
 #![allow(dead_code)]
 
-use normlab_norms::NormKind;
+use normlab_norms::{Element, NormKind};
 
 /// Standard normal values by Box-Muller over a 64-bit LCG: deterministic, no dependency.
 pub fn gaussian(len: usize) -> Vec<f64> {
@@ -17,6 +17,16 @@ pub fn gaussian(len: usize) -> Vec<f64> {
             (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
         })
         .collect()
+}
+
+/// The affine weight of the forward examples, `1 + 0.01 (j mod 7)`: near 1, not constant.
+pub fn weight<T: Element>(n: usize) -> Vec<T> {
+    (0..n).map(|i| T::from_f64(1.0 + 0.01 * (i % 7) as f64)).collect()
+}
+
+/// The affine bias of the forward examples (LayerNorm's), `0.01 (j mod 5)`.
+pub fn bias<T: Element>(n: usize) -> Vec<T> {
+    (0..n).map(|i| T::from_f64(0.01 * (i % 5) as f64)).collect()
 }
 
 /// The kind a command-line name stands for (`topk` with the given k).
