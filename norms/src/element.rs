@@ -97,7 +97,11 @@ impl std::str::FromStr for DType {
 }
 
 /// A storage element type.
-pub trait Element: Copy + Send + Sync + Default + PartialEq + Debug + 'static {
+///
+/// The supertrait [`crate::compiled::Compiled`] (hidden) holds the row and batch kernels
+/// compiled in this crate for the type, so that other crates link them instead of compiling
+/// them again; it is implemented for the same six types.
+pub trait Element: Copy + Send + Sync + Default + PartialEq + Debug + 'static + crate::compiled::Compiled {
     const DTYPE: DType;
     /// Exact widening.
     fn to_f64(self) -> f64;

@@ -16,6 +16,8 @@
 
 pub mod accum;
 pub mod batch;
+#[doc(hidden)]
+pub mod compiled;
 pub mod constants;
 pub mod convert;
 pub mod counters;

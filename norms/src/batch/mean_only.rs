@@ -51,6 +51,20 @@ pub fn forward<T: Element>(
     mode: Mode,
     running: Option<&mut RunningStats>,
 ) -> Result<Counters> {
+    // Compiled in this crate for each storage type (crate::compiled).
+    T::mean_only_forward(accum, layout, x, bias, y, mode, running)
+}
+
+/// [`forward`]'s body, which [`crate::compiled`] instantiates for each storage type.
+pub(crate) fn forward_generic<T: Element>(
+    accum: Accum,
+    layout: Layout,
+    x: &[T],
+    bias: Option<&[T]>,
+    y: &mut [T],
+    mode: Mode,
+    running: Option<&mut RunningStats>,
+) -> Result<Counters> {
     layout.validate()?;
     let c = layout.channels();
     check_len("input", layout.len(), x.len())?;
@@ -76,6 +90,19 @@ pub fn forward<T: Element>(
 
 /// Backward of mean-only batch norm (it needs only `dy`): `dx` and optionally `dβ`.
 pub fn backward<T: Element>(
+    accum: Accum,
+    layout: Layout,
+    dy: &[T],
+    mode: Mode,
+    dx: &mut [T],
+    dbias: Option<&mut [T]>,
+) -> Result<Counters> {
+    // Compiled in this crate for each storage type (crate::compiled).
+    T::mean_only_backward(accum, layout, dy, mode, dx, dbias)
+}
+
+/// [`backward`]'s body, which [`crate::compiled`] instantiates for each storage type.
+pub(crate) fn backward_generic<T: Element>(
     accum: Accum,
     layout: Layout,
     dy: &[T],

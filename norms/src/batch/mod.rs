@@ -125,6 +125,24 @@ pub fn forward<T: Element>(
     running: Option<&mut RunningStats>,
     stats: Option<&mut [RowStats]>,
 ) -> Result<Counters> {
+    // Compiled in this crate for each storage type (crate::compiled).
+    T::batch_forward(spec, accum, layout, x, weight, bias, y, mode, running, stats)
+}
+
+/// [`forward`]'s body, which [`crate::compiled`] instantiates for each storage type.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_generic<T: Element>(
+    spec: &NormSpec,
+    accum: Accum,
+    layout: Layout,
+    x: &[T],
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    y: &mut [T],
+    mode: Mode,
+    running: Option<&mut RunningStats>,
+    stats: Option<&mut [RowStats]>,
+) -> Result<Counters> {
     let (c, m) = check_layout(spec, &layout)?;
     check_len("input", layout.len(), x.len())?;
     check_len("output", layout.len(), y.len())?;
@@ -178,6 +196,25 @@ pub fn forward<T: Element>(
 /// `dγ_c = Σ dy · x̂` and `dβ_c = Σ dy` over the channel's `N·H·W` elements.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: Element>(
+    spec: &NormSpec,
+    accum: Accum,
+    layout: Layout,
+    x: &[T],
+    dy: &[T],
+    mode: Mode,
+    stats: &[RowStats],
+    weight: Option<&[T]>,
+    dx: &mut [T],
+    dweight: Option<&mut [T]>,
+    dbias: Option<&mut [T]>,
+) -> Result<Counters> {
+    // Compiled in this crate for each storage type (crate::compiled).
+    T::batch_backward(spec, accum, layout, x, dy, mode, stats, weight, dx, dweight, dbias)
+}
+
+/// [`backward`]'s body, which [`crate::compiled`] instantiates for each storage type.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward_generic<T: Element>(
     spec: &NormSpec,
     accum: Accum,
     layout: Layout,

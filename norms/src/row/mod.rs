@@ -200,6 +200,22 @@ pub fn forward<T: Element>(
     y: &mut [T],
     stats: Option<&mut [RowStats]>,
 ) -> Result<Counters> {
+    // Compiled in this crate for each storage type (crate::compiled).
+    T::row_forward(spec, accum, x, n, weight, bias, y, stats)
+}
+
+/// [`forward`]'s body, which [`crate::compiled`] instantiates for each storage type.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_generic<T: Element>(
+    spec: &NormSpec,
+    accum: Accum,
+    x: &[T],
+    n: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    y: &mut [T],
+    stats: Option<&mut [RowStats]>,
+) -> Result<Counters> {
     let rows = rows_of(spec, x, n)?;
     check_len("output", x.len(), y.len())?;
     check_opt_len("weight", n, weight)?;
@@ -327,6 +343,24 @@ fn forward_rows<T: Element, A: Real>(
 /// (summed over rows deterministically). `stats` are those the forward returned.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: Element>(
+    spec: &NormSpec,
+    accum: Accum,
+    x: &[T],
+    dy: &[T],
+    n: usize,
+    stats: &[RowStats],
+    weight: Option<&[T]>,
+    dx: &mut [T],
+    dweight: Option<&mut [T]>,
+    dbias: Option<&mut [T]>,
+) -> Result<Counters> {
+    // Compiled in this crate for each storage type (crate::compiled).
+    T::row_backward(spec, accum, x, dy, n, stats, weight, dx, dweight, dbias)
+}
+
+/// [`backward`]'s body, which [`crate::compiled`] instantiates for each storage type.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward_generic<T: Element>(
     spec: &NormSpec,
     accum: Accum,
     x: &[T],
