@@ -2,7 +2,8 @@
 //! normlab-kernels --release --test integration [MODULE::]` (e.g. `sanitizers::`).
 //!
 //! Why one binary: each test binary compiled its own copy of the generic f64 reference of
-//! normlab-norms in release mode and linked it; one binary compiles it once. `common` is a
+//! normlab-norms in release mode and linked it (the row and batch kernels are now compiled in
+//! normlab-norms itself, norms/src/compiled.rs; the rest is still per binary). `common` is a
 //! module of this crate, used by the files that need it.
 
 mod common;
