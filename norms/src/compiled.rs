@@ -8,12 +8,12 @@
 //!
 //! [`crate::row::forward`] and the other public generic functions named here do nothing but
 //! call a method of this trait; each storage type's method is an ordinary function compiled
-//! here, which the other crates link instead of compiling. `#[inline(never)]`
-//! keeps rustc from making these small forwarding functions inlinable across crates, which
-//! would bring the instances back. They run once per call (per tensor), not per row.
+//! here, which the other crates link instead of compiling. `#[inline(never)]` keeps rustc
+//! from making these small forwarding functions inlinable across crates, which would bring
+//! the instances back. They run once per call (per tensor), not per row.
 //!
-//! The trait is a supertrait of [`crate::Element`] and is implemented for exactly the types
-//! that implement it; it is not part of the API.
+//! The trait is a supertrait of [`crate::Element`], implemented for the same six storage
+//! types; it is not part of the API.
 
 use crate::accum::Accum;
 use crate::batch::{Layout, Mode, RunningStats};
