@@ -543,8 +543,9 @@ unsafe fn abs_statistic<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], z_abs
 }
 
 /// Top-k's `(mean of the k largest |z|, lane sum of |z|)` on rows where the lane maxima are
-/// not used (k > 16 or short rows): `|z|` written to `abs` while it is summed, then the
-/// selection of `stats::topk_mean`.
+/// not used (k > 16 or short rows), or do not bound the candidates (`top_k_lane_maxima`):
+/// `|z|` written to `abs` (as long as the row) while it is summed, then the selection of
+/// `stats::topk_mean`.
 #[inline(always)]
 unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl Fn(V) -> V, abs: &mut [f32]) -> (f32, f32) {
     let n = x.len();
@@ -565,29 +566,32 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
     (stats::topk_mean(&mut abs[..n], k), lanes::combine(s.to_array()))
 }
 
+/// Values per block of Top-k's block maxima: four groups of 16 ([`top_k_pass`]).
+const BLOCK: usize = 4 * W;
+
 /// Top-k's `(lo, mean of the k largest |z|, check)` where the lane maxima bound the selection
-/// (`stats::uses_lane_maxima`), with `hi` computed: the values `stats::compute` gives, with one
-/// pass over the row beyond L-inf's. `check` is the lane sum of `|z|`, or, where that sum is
-/// surely finite (`check_sum_unneeded`), the largest `|z|`: the same rescue decision, as for
-/// L-inf.
+/// (`stats::uses_lane_maxima`), with `hi` computed: the values `stats::compute` gives, with
+/// the same passes over the row as L-inf. `check` is the lane sum of `|z|`, or, where that sum
+/// is surely finite (`check_sum_unneeded`), the largest `|z|`: the same rescue decision, as
+/// for L-inf.
 ///
 /// The k-th largest of 16 lane maxima of `|z|` (or of lower bounds of them), `t0`, bounds the
 /// row's k-th largest `|z|` from below, so only the few values at or above it (about 11 in a
-/// Gaussian row of 1024 or 4096 at k = 8) are candidates. A pass marks the values that may be
-/// one ([`mark_values`]), and [`top_k_of_marked`] gathers the marked values `>= t0` and
-/// selects the k largest of them, sorted as `stats::top_k_desc` does. The mean of those k
-/// values does not depend on how they were found, nor on how close `t0` is.
+/// Gaussian row of 1024 or 4096 at k = 8) are candidates. The pass that makes the lane maxima
+/// ([`top_k_pass`]) also stores each block's (64 values': [`BLOCK`]) lane maxima; the
+/// blocks' lanes whose maximum may reach `t0` are marked ([`mark_blocks`]: a comparison per 64
+/// values, where marking values was a pass over the row), and [`top_k_of_marked`] gathers
+/// the values `>= t0` of the marked lanes (four values each) and selects the k largest of
+/// them, sorted as `stats::top_k_desc` does. The mean of those k values does not depend on
+/// how they were found, nor on how close `t0` is.
 ///
-/// The lane maxima come from the pass before. Centred, that is the pass that sums `t = x - hi`
-/// for `lo` ([`lo_and_lane_max_abs_t`]); it keeps each lane's largest `|t|`, from which bounds
-/// of `|z|` follow (see the code). The marking pass tests `|t|` against a bound `c` just under
-/// `t0` ([`bound_before_difference`]) rather than computing `z = t - lo`, and sums nothing
-/// when the sum is not needed. f16 and bf16 rows whose mean is small beside `c` test `|x|`
-/// itself, their magnitude bits as integers without widening (`F32x16::mark_values_16`,
-/// against the same kind of bound from `c` and `hi`, rounded down into the type). Uncentred
-/// (`z = x`), or where no such bound helps, the marking pass tests and sums `|z|` itself.
-/// The maxima are never NaN (`max_gt` skips it; a row with a NaN or an infinity has a
-/// non-finite sum and is rescued anyway).
+/// Centred, the pass sums `t = x - hi` for `lo` and keeps the largest `|t|`s, from which
+/// bounds of `|z|`, `z = fl(t - lo)`, follow (see the code); a lane is marked when its `|t|`
+/// reaches a bound `c` just under `t0` ([`bound_before_difference`]). Where there is no such
+/// bound, or the check sum is needed, `|z|` is written out and selected among
+/// ([`top_k_statistic`]): rows with a mean large beside their spread, or with huge values.
+/// Uncentred (`z = x`), the pass sums `|x|` for the check and the blocks are marked against
+/// `t0` itself.
 #[inline(always)]
 unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -599,93 +603,170 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     next: Option<&[S]>,
 ) -> (f32, f32, f32, Option<f32>) {
     let n = x.len();
-    // The marks in `marks`: a u64 per word of 64 values, then the bitmap of nonzero words.
-    let words = n / (4 * W) + 1;
-    assert!(cand.len() >= n && marks.len() >= 2 * (words + words / 64 + 1), "top-k scratch too small");
-    let wp = marks.as_mut_ptr() as *mut u64;
+    let blocks = n / BLOCK;
+    // In `marks`: the blocks' lane maxima (16 f32 each), then the words of marks (a u64 per
+    // four blocks) and the bitmap of nonzero words.
+    let words = blocks / 4 + 1;
+    let need = W * blocks + 2 * (words + words / 64 + 1);
+    assert!(cand.len() >= n && marks.len() >= need, "top-k scratch too small");
+    let bmax = marks.as_mut_ptr();
+    let wp = bmax.add(W * blocks) as *mut u64;
     let mut list = MarkList::new(wp, wp.add(words));
-    let mp = &mut list;
-    let (lo, stat, check, next_sum) = if ctx.centred {
-        let h = V::splat(hi);
-        let (lo, t_max, next_sum) = isolated_top_k_pass::<V, S>(ctx, x, hi, next);
+    if ctx.centred {
+        let (h, zero) = (V::splat(hi), V::splat(0.0));
+        let (d, t_max, next_sum) = isolated_top_k_pass::<V, S, true>(x, hi, next, bmax);
+        let lo = lanes::combine(d.to_array()) * ctx.inv_n;
         // Bounds of |z| = |fl(t - lo)| from |t|, rounding being monotone: each lane's largest
         // |z| is at least fl(max |t| - |lo|) (its value of largest |t| has that much), so the
         // k-th largest of those bounds the row's k-th largest |z| from below; and every |z|
         // is at most fl(max |t| + |lo|). Clamped at +0 (a NaN `lo` is rescued).
         let lo_abs = V::splat(lo.abs());
-        let t0 = V::max_gt(t_max - lo_abs, V::splat(0.0)).kth_largest_magnitude(k);
+        let t0 = V::max_gt(t_max - lo_abs, zero).kth_largest_magnitude(k);
         let z_max = lanes::max_of(t_max.to_array()) + lo.abs();
         let l = V::splat(lo);
-        let check = match bound_before_difference(t0, lo) {
+        let (stat, check) = match bound_before_difference(t0, lo) {
             Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
-                // 16-bit storage: its magnitude bits against a bound of |x| itself, where there
-                // is one, without widening; else |t| against c.
-                let done = match bound_before_difference(c, hi).and_then(S::magnitude_floor_bits) {
-                    Some(bound) => V::mark_values_16(x.as_ptr() as *const u16, n / W, bound, mp),
-                    None => false,
-                };
-                if !done {
-                    mark_values::<V, S, false>(x, |v| (v - h).abs(), c, mp);
-                }
-                z_max
+                mark_blocks::<V>(bmax, blocks, c, &mut list);
+                let stat = top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), (hi, lo), t0, k, cand, &list);
+                (stat, z_max)
             }
-            _ => mark_values::<V, S, true>(x, |v| ((v - h) - l).abs(), t0, mp),
+            _ => top_k_statistic::<V, S>(x, k, |v| ((v - h) - l).abs(), &mut cand[..n]),
         };
-        list.finish();
-        let stat = top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), |v| ((v - hi) - lo).abs(), t0, k, cand, &list);
         (lo, stat, check, next_sum)
     } else {
-        let [m] = fold::<V, S, 1>(x, |v, [m]| [V::max_gt(v.abs(), m)]);
+        let (d, m, _) = isolated_top_k_pass::<V, S, false>(x, 0.0, None, bmax);
         let t0 = m.kth_largest_magnitude(k);
-        let check = mark_values::<V, S, true>(x, |v| v.abs(), t0, mp);
-        list.finish();
-        (0.0, top_k_of_marked::<V, S>(x, |v| v.abs(), |v| v.abs(), t0, k, cand, &list), check, None)
-    };
-    (lo, stat, check, next_sum)
+        mark_blocks::<V>(bmax, blocks, t0, &mut list);
+        // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): the gather's |z|.
+        let stat = top_k_of_marked::<V, S>(x, |v| v.abs(), (0.0, 0.0), t0, k, cand, &list);
+        (0.0, stat, lanes::combine(d.to_array()), None)
+    }
 }
 
-/// [`lo_and_lane_max_abs_t`] in a function of its own (one per instruction set), never
-/// inlined: its loop gets a register allocation of its own. Inlined into the per-kind
-/// function of [`rows_at`], its accumulators could end up in a stack slot read and written in
-/// every iteration while registers stood free, depending on code elsewhere in the function
-/// (bf16 rows of 4096: 1.42 -> 1.62 us, from a change to the gather).
+/// [`top_k_pass`] in a function of its own (one per instruction set), never inlined: its
+/// loop gets a register allocation of its own. Inlined into the per-kind function of
+/// [`rows_at`], its accumulators could end up in a stack slot read and written in every
+/// iteration while registers stood free, depending on code elsewhere in the function (bf16
+/// rows of 4096: 1.42 -> 1.62 us, from a change to the gather).
 #[inline(always)]
-unsafe fn isolated_top_k_pass<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
+unsafe fn isolated_top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(
+    x: &[S],
+    hi: f32,
+    next: Option<&[S]>,
+    bmax: *mut f32,
+) -> (V, V, Option<f32>) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2,fma,f16c,popcnt")]
         #[inline(never)]
-        unsafe fn avx2<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
-            lo_and_lane_max_abs_t::<V, S>(ctx, x, hi, next)
+        unsafe fn avx2<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
+            top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
         }
         #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
         #[inline(never)]
-        unsafe fn avx512<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
-            lo_and_lane_max_abs_t::<V, S>(ctx, x, hi, next)
+        unsafe fn avx512<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
+            top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
         }
         if V::AVX512 {
-            avx512::<V, S>(ctx, x, hi, next)
+            avx512::<V, S, CENTRED>(x, hi, next, bmax)
         } else {
-            avx2::<V, S>(ctx, x, hi, next)
+            avx2::<V, S, CENTRED>(x, hi, next, bmax)
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    lo_and_lane_max_abs_t::<V, S>(ctx, x, hi, next)
+    top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
 }
 
-/// `lo` of a centred row (`hi` given) and each lane's largest `|t|`, `t = x - hi`, from the
-/// one pass that sums `t`: what Top-k needs ([`top_k_lane_maxima`]), with one accumulator
-/// fewer than [`lo_and_lane_max_abs`] (the pass keeps every accumulator in a register). Never
-/// NaN (`max_gt` skips it; such a row has a non-finite `hi` or `lo`, which the callers check).
+/// Top-k's one pass over a row before the selection: centred, the lane sums of `t = x - hi`
+/// (`lo` once combined) and the lanes' largest `|t|`; uncentred, the lane sums of `|x|` (the
+/// check sum) and the lanes' largest `|x|`. The sums are `fold_with_next`'s (the same bits)
+/// and so is the sum of `next` (returned third, when given). Each whole block's lane maxima
+/// are stored at `bmax` (16 f32 per block, [`F32x16::store_lanes`]): block b covers groups
+/// 4b to 4b + 3, and lane j of it the values 64b + j + 16q. The groups past the last whole
+/// block (fewer than four) and the row's tail count in the lane maxima only.
+///
+/// The maxima skip NaN (`max_gt`), except that a block whose first value is NaN has a NaN
+/// maximum. The centred row's maxima are only used when `hi` is finite, and then every `t`
+/// is a number; an uncentred row with a NaN has a NaN check sum and is rescued.
 #[inline(always)]
-unsafe fn lo_and_lane_max_abs_t<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], hi: f32, next: Option<&[S]>) -> (f32, V, Option<f32>) {
-    let zero = V::splat(0.0);
+unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
     let h = V::splat(hi);
-    let ([d, m], next_sum) = fold_with_next::<V, S, 2>(x, [zero, zero], |v, [d, m]| {
-        let t = v - h;
-        [d + t, V::max_gt(t.abs(), m)]
-    }, next);
-    (lanes::combine(d.to_array()) * ctx.inv_n, m, next_sum)
+    // (the term summed, the term maximised)
+    let f = |v: V| {
+        if CENTRED {
+            let t = v - h;
+            (t, t.abs())
+        } else {
+            let a = v.abs();
+            (a, a)
+        }
+    };
+    match next {
+        Some(nx) => {
+            assert_eq!(nx.len(), x.len(), "the next row has another length");
+            let (d, m, s) = block_maxima::<V, S, true>(x, f, nx.as_ptr(), bmax);
+            (d, m, Some(lanes::combine(s.to_array())))
+        }
+        None => {
+            let (d, m, _) = block_maxima::<V, S, false>(x, f, x.as_ptr(), bmax);
+            (d, m, None)
+        }
+    }
+}
+
+/// The loop of [`top_k_pass`]: returns the lane sums of `f(v).0`, the lane maxima of
+/// `f(v).1` and, with `NEXT`, the lane sums of the values at `q` (a row as long as `x`).
+#[inline(always)]
+unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool>(
+    x: &[S],
+    f: impl Fn(V) -> (V, V),
+    q: *const S,
+    bmax: *mut f32,
+) -> (V, V, V) {
+    let n = x.len();
+    let full = n - n % W;
+    let blocks = n / BLOCK;
+    let p = x.as_ptr();
+    let zero = V::splat(0.0);
+    let (mut d, mut m, mut s) = (zero, zero, zero);
+    // One group at i: its sum term added, its maximised term returned. A macro, not a
+    // closure: a closure called from several places was not inlined, and its SIMD operations
+    // became calls.
+    macro_rules! group {
+        ($i:expr) => {{
+            let i = $i;
+            let (u, a) = f(S::load(p.add(i)));
+            d = d + u;
+            if NEXT {
+                s = s + S::load(q.add(i));
+            }
+            a
+        }};
+    }
+    for b in 0..blocks {
+        let i = BLOCK * b;
+        let mut bm = group!(i);
+        bm = V::max_gt(group!(i + W), bm);
+        bm = V::max_gt(group!(i + 2 * W), bm);
+        bm = V::max_gt(group!(i + 3 * W), bm);
+        bm.store_lanes(bmax.add(W * b));
+        m = V::max_gt(bm, m);
+    }
+    let mut i = BLOCK * blocks;
+    while i < full {
+        m = V::max_gt(group!(i), m);
+        i += W;
+    }
+    if full < n {
+        let (u, a) = f(load_partial::<V, S>(&x[full..]));
+        d = V::select_first(n - full, d + u, d);
+        m = V::select_first(n - full, V::max_gt(a, m), m);
+        if NEXT {
+            let tail = std::slice::from_raw_parts(q.add(full), n - full);
+            s = V::select_first(n - full, s + load_partial::<V, S>(tail), s);
+        }
+    }
+    (d, m, s)
 }
 
 /// A bound `m > 0` such that every f32 `u` with `|fl(u - v)| >= a` has `|u| >= m`: rounding to
@@ -694,9 +775,8 @@ unsafe fn lo_and_lane_max_abs_t<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S
 /// f32. None when that is not positive (`a` zero or small beside `v`; also for a NaN or
 /// infinite `a`, where the row is rescued).
 ///
-/// Top-k uses it twice ([`top_k_lane_maxima`]): with `(t0, lo)`, a bound on `|t|` for every
-/// candidate (`|z| >= t0`, `z = fl(t - lo)`); with `(c, hi)`, a bound on `|x|` for every value
-/// with `|t| >= c`, `t = fl(x - hi)`.
+/// Top-k ([`top_k_lane_maxima`]) calls it with `(t0, lo)`: a bound on `|t|` for every
+/// candidate (`|z| >= t0`, `z = fl(t - lo)`).
 fn bound_before_difference(a: f32, v: f32) -> Option<f32> {
     let b = (a as f64) * (1.0 - 2f64.powi(-22)) - (v as f64).abs() - 2f64.powi(-148);
     let m = b as f32;
@@ -725,89 +805,65 @@ unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S],
     (lo, V::max_gt(V::max_gt(t_max - l, l - t_min), zero), next_sum)
 }
 
-/// The marking pass of [`top_k_lane_maxima`]: `a = f(v)` for each group `v` of 16 values, and
-/// its mask `F32x16::ge_mask` against `c`, four groups' to a word (bit b of word w for value
-/// 64 w + b) pushed to `list`. With `SUM`, returns the lane sum of `a` over the row (the same
-/// sum, in the same order, as `lanes::sum_map`), else 0.
+/// The marks of [`top_k_lane_maxima`]: bit 16 (b % 4) + j of word b / 4 set when lane j's
+/// maximum in block b ([`top_k_pass`]) is `>= c`, the words pushed to `list` (finished).
+/// Two blocks' masks per `F32x16::ge_mask_2`.
 ///
 /// Candidates are rare and scattered (about 11 per Gaussian row of 1024 or 4096 at k = 8):
-/// compacting them in the pass, branch-free, cost two vector instructions per 16 values, and a
-/// branch per hit would be mispredicted about once per hit. So the pass only records masks
-/// (two groups' in one `F32x16::ge_mask_2`), and [`gather_marked`] visits the marked values.
+/// compacting them here, branch-free, would cost more than the comparisons, and a branch per
+/// hit would be mispredicted about once per hit. So this only records masks, and
+/// [`gather_marked`] visits the marked lanes.
 #[inline(always)]
-unsafe fn mark_values<V: F32x16, S: Storage, const SUM: bool>(x: &[S], f: impl Fn(V) -> V, c: f32, list: &mut MarkList) -> f32 {
-    let n = x.len();
-    let full = n - n % W;
-    let groups = full / W;
-    let xp = x.as_ptr();
+unsafe fn mark_blocks<V: F32x16>(bmax: *const f32, blocks: usize, c: f32, list: &mut MarkList) {
     let cv = V::splat(c);
-    let mut s = V::splat(0.0);
-    // The masks of groups g and g + 1 (a macro, not a closure: a closure called from several
-    // places was not inlined, and its SIMD operations became calls).
     macro_rules! two {
-        ($g:expr) => {{
-            let i = W * $g;
-            let (a0, a1) = (f(S::load(xp.add(i))), f(S::load(xp.add(i + W))));
-            if SUM {
-                s = s + a0;
-                s = s + a1;
-            }
-            V::ge_mask_2(a0, a1, cv) as u64
+        ($b:expr) => {{
+            let b = $b;
+            V::ge_mask_2(V::load_lanes(bmax.add(W * b)), V::load_lanes(bmax.add(W * (b + 1))), cv) as u64
         }};
     }
-    let mut g = 0;
-    while g + 4 <= groups {
-        let word = two!(g) | two!(g + 2) << 32;
-        list.push(word);
-        g += 4;
+    let mut b = 0;
+    while b + 4 <= blocks {
+        list.push(two!(b) | two!(b + 2) << 32);
+        b += 4;
     }
-    if g < groups {
+    if b < blocks {
         let mut word = 0u64;
-        if g + 2 <= groups {
-            word = two!(g);
-            g += 2;
+        if b + 2 <= blocks {
+            word = two!(b);
+            b += 2;
         }
-        if g < groups {
-            let a = f(S::load(xp.add(W * g)));
-            if SUM {
-                s = s + a;
-            }
-            word |= (a.ge_mask(cv) as u64) << (16 * (g % 4));
+        if b < blocks {
+            word |= (V::load_lanes(bmax.add(W * b)).ge_mask(cv) as u64) << (16 * (b % 4));
         }
         list.push(word);
     }
-    if SUM && full < n {
-        let a = f(load_partial::<V, S>(&x[full..]));
-        s = V::select_first(n - full, s + a, s);
-    }
-    if SUM {
-        lanes::combine(s.to_array())
-    } else {
-        0.0
-    }
+    list.finish();
 }
 
-/// The mean of the k largest `|z|` of a row from the marks of [`mark_values`] (which cover at
-/// least every value of the whole groups with `|z| >= t0`; `t0` at most the k-th largest `|z|`):
-/// the marked values `>= t0` ([`gather_marked`]) and those of the tail (`z_abs`) gathered into
-/// `cand`, and the k largest of them selected and sorted as `stats::top_k_desc` does
+/// The mean of the k largest `|z|` of a row from the marks of [`mark_blocks`] (which cover at
+/// least every value of the whole blocks with `|z| >= t0`; `t0` at most the k-th largest
+/// `|z|`): the values `>= t0` of the marked lanes ([`gather_marked`], `z` from `x` and
+/// `(hi, lo)`) and of the rest of the row (`z_abs`: the groups past the last whole block and
+/// the tail) gathered into `cand`, and
+/// the k largest of them selected and sorted as `stats::top_k_desc` does
 /// (`F32x16::top_k_of_few` when they are few).
 #[inline(always)]
 unsafe fn top_k_of_marked<V: F32x16, S: Storage>(
     x: &[S],
     z_abs: impl Fn(V) -> V,
-    z_one: impl Fn(f32) -> f32,
+    (hi, lo): (f32, f32),
     t0: f32,
     k: usize,
     cand: &mut [f32],
     list: &MarkList,
 ) -> f32 {
     let n = x.len();
-    let full = n - n % W;
-    let mut kept = gather_marked::<S>(&x[..full], list, z_one, t0, cand);
-    if full < n {
-        let a = z_abs(load_partial::<V, S>(&x[full..]));
-        for &v in &a.to_array()[..n - full] {
+    let covered = n - n % BLOCK;
+    let mut kept = gather_marked::<V, S>(&x[..covered], list, (hi, lo), t0, cand);
+    for rest in x[covered..].chunks(W) {
+        let a = if rest.len() == W { z_abs(S::load(rest.as_ptr())) } else { z_abs(load_partial::<V, S>(rest)) };
+        for &v in &a.to_array()[..rest.len()] {
             if v >= t0 {
                 cand[kept] = v;
                 kept += 1;
@@ -823,33 +879,34 @@ unsafe fn top_k_of_marked<V: F32x16, S: Storage>(
     stats::mean_of_sorted_top_k(cand, k)
 }
 
-/// `|z| = z_one(x_j)` of each marked value of `list` ([`mark_values`] over `x`, whole groups
-/// only), kept in `cand` when `>= t0`; returns how many. `z_one` performs the f32 operations
-/// of the passes on one value: the same bits.
+/// `|z| = |fl(fl(x_j - hi) - lo)|` of the four values of each marked lane of `list`
+/// ([`mark_blocks`] over `x`, whole blocks only), kept in `cand` when `>= t0`
+/// (`F32x16::keep_lane_of_block`: the f32 operations of the passes, the same bits); returns
+/// how many.
 ///
-/// Marked values are few and scattered at random, so a branch on a word's next mark would be
+/// Marked lanes are few and scattered at random, so a branch on a word's next mark would be
 /// mispredicted about once per word. Instead, for each 64 words, those with a mark (from the
 /// bitmap) are decoded to positions (four written unconditionally, the count advanced by the
 /// word's popcount; a branch only for a word with more than four, rare), and the positions
-/// visited in one loop with no branch but its own. Each value is written to `cand[kept]` and
-/// counted only if kept: `kept` is at most the number of values visited before, below
-/// `full <= cand.len()`.
+/// visited in one loop with no branch but its own. Each lane writes `cand[kept..kept + 4]`
+/// and counts only the values kept: `kept` is at most the number of values visited before, so
+/// `kept + 4 <= x.len() <= cand.len()`.
 #[inline(always)]
-unsafe fn gather_marked<S: Storage>(x: &[S], list: &MarkList, z_one: impl Fn(f32) -> f32, t0: f32, cand: &mut [f32]) -> usize {
+unsafe fn gather_marked<V: F32x16, S: Storage>(x: &[S], list: &MarkList, (hi, lo): (f32, f32), t0: f32, cand: &mut [f32]) -> usize {
     debug_assert!(x.len() <= cand.len());
     let (xp, cp) = (x.as_ptr(), cand.as_mut_ptr());
     let mut kept = 0usize;
-    // Positions, within a block of 64 words, of the block's marks, and room for the four
-    // written unconditionally past the last. Uninitialised: only positions written are read.
+    // Positions, within a run of 64 words, of the run's marks, and room for the four written
+    // unconditionally past the last. Uninitialised: only positions written are read.
     let mut pos = [std::mem::MaybeUninit::<u16>::uninit(); 64 * 64 + 4];
     let pp = pos.as_mut_ptr() as *mut u16;
-    for block in 0..list.count.div_ceil(64) {
+    for run in 0..list.count.div_ceil(64) {
         let mut marked = 0usize;
-        let mut hit = list.nonzero.add(block).read_unaligned();
+        let mut hit = list.nonzero.add(run).read_unaligned();
         while hit != 0 {
             let i = hit.trailing_zeros() as u16;
             hit &= hit - 1;
-            let mut bits = list.words.add(64 * block + i as usize).read_unaligned();
+            let mut bits = list.words.add(64 * run + i as usize).read_unaligned();
             let count = bits.count_ones() as usize;
             let (base, at) = (64 * i, pp.add(marked));
             // tzcnt of 0 is 64: past the count, harmless.
@@ -865,11 +922,12 @@ unsafe fn gather_marked<S: Storage>(x: &[S], list: &MarkList, z_one: impl Fn(f32
             }
             marked += count;
         }
-        let first = xp.add(4096 * block);
+        // A run covers 64 * 64 marks, 16 per block of 64 values.
+        let first = xp.add(64 * 64 * 4 * run);
         for &p in std::slice::from_raw_parts(pp, marked) {
-            let z = z_one((*first.add(p as usize)).widen_one());
-            *cp.add(kept) = z;
-            kept += (z >= t0) as usize;
+            // Mark p: lane p % 16 of the run's block p / 16, whose values are 16 apart.
+            let p = p as usize;
+            kept += V::keep_lane_of_block::<S>(first.add(BLOCK * (p / W) + p % W), hi, lo, t0, cp.add(kept));
         }
     }
     kept

@@ -296,16 +296,17 @@ fn ordinary_rows_are_not_rescued() {
     }
 }
 
-/// Top-k on rows longer than one block of the candidate gather (64 mask words, 4096 values):
+/// Top-k on rows longer than one run of the candidate gather (64 mask words, 16384 values):
 /// Gaussian rows, a constant row (every value a candidate) and rows with one or two outliers
 /// far into the row, for both centrings and k across the lane-maxima range.
 #[test]
 fn fused_equals_generic_on_long_top_k_rows() {
-    for n in [4096usize, 4111, 8200] {
+    for n in [4096usize, 4111, 8200, 16500] {
         let mut rng = Rng(500 + n as u64);
         let mut x: Vec<f64> = (0..4 * n).map(|_| rng.normal()).collect();
         x[n..2 * n].iter_mut().for_each(|v| *v = 2.5);
         x[2 * n + 4100] = 40.0;
+        x[2 * n + 16390 % n] = -38.0;
         x[3 * n + 5000.min(n - 1)] = -35.0;
         x[3 * n + n - 3] = 36.0;
         let (w, b) = affine(&mut rng, n);
@@ -366,7 +367,7 @@ fn fused_equals_generic_on_offset_top_k_rows() {
 /// `bound_before_difference(a, v)`: every f32 `u` with `|fl(u - v)| >= a` has `|u| >= m`,
 /// checked on the values where it could fail (u within a few ulps of `a + v`, `a - v`, `v - a`
 /// and their negations), for bounds `a` and corrections `v` of every scale, subnormals
-/// included (Top-k's `(t0, lo)` and `(c, hi)`; two seeds, as the two uses had a test each);
+/// included (Top-k's `(t0, lo)`; two seeds, from when it had a second use with a test each);
 /// and the bound is not needlessly loose (at least `a (1 - 2^-21) - |v| - 2^-147`).
 #[test]
 fn top_k_bound_before_difference_keeps_every_candidate() {

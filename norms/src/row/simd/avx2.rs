@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 use std::ops::{Add, Mul, Sub};
 
-use super::{F32x16, MarkList, W};
+use super::{F32x16, Storage, W};
 
 #[derive(Clone, Copy)]
 pub(crate) struct Avx2(pub(super) __m256, pub(super) __m256);
@@ -93,40 +93,34 @@ unsafe fn store_bf16_bits<const NT: bool>(p: *mut u16, lo: __m256i, hi: __m256i)
     }
 }
 
-/// `F32x16::mark_values_16`, for both AVX2 layouts: sixteen 16-bit values per register, their
-/// magnitude bits (the sign cleared) compared as i16 (all are non-negative there); two
-/// groups' compare masks narrowed to bytes together (`packs` interleaves the registers by
-/// 128-bit halves, the permute restores the order) give both groups' masks in one
-/// `movemask`. Seven instructions per 32 values, where widening to f32 and comparing there
-/// takes about 25.
+/// `F32x16::keep_lane_of_block` in one SSE register, for every x86 layout: the four `z`
+/// computed together, and those kept moved to the front by a permute from a table indexed by
+/// the compare mask (with one store, where one per value took about nine instructions each).
 #[inline(always)]
-pub(super) unsafe fn mark_values_16(x: *const u16, groups: usize, bound: u16, list: &mut MarkList) {
-    let magnitude = _mm256_set1_epi16(0x7FFF);
-    // `mag > bound - 1` is `mag >= bound`; bound 0 gives -1, below every magnitude.
-    let below = _mm256_set1_epi16((bound as i16).wrapping_sub(1));
-    let group = |g: usize| {
-        let mag = _mm256_and_si256(_mm256_loadu_si256(x.add(W * g) as *const __m256i), magnitude);
-        _mm256_cmpgt_epi16(mag, below)
+pub(super) unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
+    /// For each 4-bit mask, the indices of its set bits in order, then zeros.
+    static FRONT: [[i32; 4]; 16] = {
+        let mut t = [[0i32; 4]; 16];
+        let mut m = 0;
+        while m < 16 {
+            let (mut i, mut n) = (0, 0);
+            while i < 4 {
+                if m >> i & 1 == 1 {
+                    t[m][n] = i as i32;
+                    n += 1;
+                }
+                i += 1;
+            }
+            m += 1;
+        }
+        t
     };
-    let both = |a: __m256i, b: __m256i| _mm256_movemask_epi8(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(a, b))) as u32;
-    let mut g = 0;
-    while g + 4 <= groups {
-        let lo = both(group(g), group(g + 1)) as u64;
-        let hi = both(group(g + 2), group(g + 3)) as u64;
-        list.push(lo | hi << 32);
-        g += 4;
-    }
-    if g < groups {
-        let mut word = 0u64;
-        if g + 2 <= groups {
-            word = both(group(g), group(g + 1)) as u64;
-            g += 2;
-        }
-        if g < groups {
-            word |= ((both(group(g), group(g)) & 0xFFFF) as u64) << (16 * (g % 4));
-        }
-        list.push(word);
-    }
+    let v = S::load_lane_of_block(x);
+    let z = _mm_andnot_ps(_mm_set1_ps(-0.0), _mm_sub_ps(_mm_sub_ps(v, _mm_set1_ps(hi)), _mm_set1_ps(lo)));
+    let keep = _mm_movemask_ps(_mm_cmp_ps::<_CMP_GE_OQ>(z, _mm_set1_ps(t0))) as usize;
+    let order = _mm_loadu_si128(FRONT.as_ptr().add(keep) as *const __m128i);
+    _mm_storeu_ps(out, _mm_permutevar_ps(z, order));
+    keep.count_ones() as usize
 }
 
 /// The compare masks of four registers of eight f32 lanes, in that order, narrowed to bytes
@@ -266,17 +260,16 @@ impl F32x16 for Avx2 {
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
         super::sort16::top_k_of_few(a, m, k)
     }
+    /// [`keep_lane_of_block`].
+    #[inline(always)]
+    unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
+        keep_lane_of_block(x, hi, lo, t0, out)
+    }
     /// [`ge_mask_2_in_order`].
     #[inline(always)]
     fn ge_mask_2(a: Self, b: Self, t: Self) -> u32 {
         // SAFETY: as in `add`.
         unsafe { ge_mask_2_in_order((a.0, a.1), (b.0, b.1), (t.0, t.1)) }
-    }
-    /// [`mark_values_16`].
-    #[inline(always)]
-    unsafe fn mark_values_16(x: *const u16, groups: usize, bound: u16, list: &mut MarkList) -> bool {
-        mark_values_16(x, groups, bound, list);
-        true
     }
     #[inline(always)]
     fn to_array(self) -> [f32; W] {

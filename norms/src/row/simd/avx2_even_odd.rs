@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 use std::ops::{Add, Mul, Sub};
 
 use super::avx2::{bf16_high, bf16_high_non_nan, select_below, Avx2};
-use super::{F32x16, MarkList, W};
+use super::{F32x16, Storage, W};
 
 /// Lanes (0, 2, ..., 14) in `.0` and (1, 3, ..., 15) in `.1`, each as an [`Avx2`] register
 /// pair member: the lane-wise operations are [`Avx2`]'s.
@@ -244,6 +244,11 @@ impl F32x16 for Avx2EvenOdd {
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
         super::sort16::top_k_of_few(a, m, k)
     }
+    /// [`super::avx2::keep_lane_of_block`].
+    #[inline(always)]
+    unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
+        super::avx2::keep_lane_of_block(x, hi, lo, t0, out)
+    }
     /// As `Avx2`'s (`avx2::ge_mask_2_in_order`), the even and odd lanes of each group taken as
     /// its two halves: the packed quarters then hold lanes `(0 2 4 6)(1 3 5 7)(16 18 20 22)...`,
     /// which a byte shuffle within each half and a permute of 64-bit quarters put in order.
@@ -258,12 +263,6 @@ impl F32x16 for Avx2EvenOdd {
             let bytes = _mm256_shuffle_epi8(_mm256_packs_epi16(p, q), interleave);
             _mm256_movemask_epi8(_mm256_permute4x64_epi64::<0b11_01_10_00>(bytes)) as u32
         }
-    }
-    /// [`super::avx2::mark_values_16`].
-    #[inline(always)]
-    unsafe fn mark_values_16(x: *const u16, groups: usize, bound: u16, list: &mut MarkList) -> bool {
-        super::avx2::mark_values_16(x, groups, bound, list);
-        true
     }
     #[inline(always)]
     fn to_array(self) -> [f32; W] {

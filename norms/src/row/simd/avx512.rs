@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 use std::ops::{Add, Mul, Sub};
 
-use super::{F32x16, W};
+use super::{F32x16, Storage, W};
 
 #[derive(Clone, Copy)]
 pub(crate) struct Avx512(__m512);
@@ -173,6 +173,11 @@ impl F32x16 for Avx512 {
             let within = _mm512_cmple_epi32_mask(above, _mm512_set1_epi32(k as i32 - 1));
             f32::from_bits(_mm512_mask_reduce_min_epi32(within, b) as u32)
         }
+    }
+    /// [`super::avx2::keep_lane_of_block`].
+    #[inline(always)]
+    unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
+        super::avx2::keep_lane_of_block(x, hi, lo, t0, out)
     }
     /// Up to 16 candidates (the usual count) in registers: each one's place in the descending
     /// order is the number of values strictly above it plus the equal ones before it (so the

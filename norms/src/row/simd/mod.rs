@@ -131,19 +131,21 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     fn ge_mask_2(a: Self, b: Self, t: Self) -> u32 {
         a.ge_mask(t) | b.ge_mask(t) << 16
     }
-    /// For 16-bit sign-magnitude storage (f16, bf16) at `x`, `groups` whole groups of 16: the
-    /// marks of the fused Top-k's marking pass (`fused::mark_values`), in `list`, for
-    /// `|x| >= bound`, `bound` the bits of a non-negative value of the type, compared as
-    /// integers with each value's bits without the sign (the order of the magnitudes; NaN lies
-    /// above infinity). Returns whether it did: layouts without it leave the marking to the
-    /// f32 lanes.
+    /// One marked lane of Top-k's gather (`fused::gather_marked`): of the four values
+    /// `x[16 q]`, q < 4, the `z = |fl(fl(v - hi) - lo)|` that are `>= t0` (an ordered
+    /// comparison), stored to `out` in that order; returns how many. Writes all of `out[..4]`
+    /// (past the count, values to be overwritten). Uncentred, `hi = lo = 0` gives `|v|`.
     /// # Safety
-    /// As [`F32x16::splat`], `x` valid for reading `16 groups` values and `list` as
-    /// [`MarkList::push`] for `groups.div_ceil(4)` more words (pushed; `finish` is the
-    /// caller's).
+    /// As [`F32x16::splat`], `x` valid for reading `x[48]`, `out` for writing 4 values.
     #[inline(always)]
-    unsafe fn mark_values_16(_x: *const u16, _groups: usize, _bound: u16, _list: &mut MarkList) -> bool {
-        false
+    unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
+        let mut kept = 0;
+        for q in 0..4 {
+            let z = (((*x.add(W * q)).widen_one() - hi) - lo).abs();
+            *out.add(kept) = z;
+            kept += (z >= t0) as usize;
+        }
+        kept
     }
     /// Whether this is the AVX-512 layout (else an AVX2 one): which instruction set a function
     /// of its own for this layout is compiled for (`fused::isolated_top_k_pass`).
@@ -180,12 +182,6 @@ pub(crate) trait Storage: Element {
     unsafe fn store_non_nan<V: F32x16>(v: V, p: *mut Self) {
         Self::store(v, p)
     }
-    /// For the 16-bit types: the bits of the largest value of the type at most `m` (`m > 0`
-    /// finite), for [`F32x16::mark_values_16`]. None for f32.
-    #[inline(always)]
-    fn magnitude_floor_bits(_m: f32) -> Option<u16> {
-        None
-    }
     /// One value as f32, as [`Storage::load`] widens it: the same value, and for a NaN a NaN
     /// (whose payload may differ from `Element::to_f32`'s, which quiets it: a NaN only ever
     /// fails comparisons where this is used).
@@ -193,6 +189,12 @@ pub(crate) trait Storage: Element {
     fn widen_one(self) -> f32 {
         self.to_f32()
     }
+    /// `p[0]`, `p[16]`, `p[32]` and `p[48]` widened exactly (as [`Storage::load`] widens), in
+    /// one SSE register: a lane of a block of Top-k's gather (`avx2::keep_lane_of_block`).
+    /// # Safety
+    /// As [`F32x16::load_f32`] (the CPU has AVX2 and F16C), `p` valid for reading `p[48]`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load_lane_of_block(p: *const Self) -> std::arch::x86_64::__m128;
     /// [`Storage::store`] as a non-temporal store ([`F32x16::store_f32_nt`]).
     /// # Safety
     /// As [`F32x16::store_f32_nt`].
@@ -206,10 +208,11 @@ pub(crate) trait Storage: Element {
     }
 }
 
-/// The marks of a row's whole groups, as the marking pass makes them: bit b of word w for
-/// value 64 w + b, and bit i of `nonzero[m]` set when word 64 m + i has a mark. Most words
-/// have none; the bitmap, built in a register as the words go by (no branch, no store whose
-/// address depends on the data), lets the gather visit only those that do.
+/// Marks in words of 64 bits, as the fused Top-k makes them (`fused::mark_blocks`: a bit per
+/// lane of a block of 64 values), and bit i of `nonzero[m]` set when word 64 m + i has a
+/// mark. Most words have none; the bitmap, built in a register as the words go by (no
+/// branch, no store whose address depends on the data), lets the gather visit only those
+/// that do.
 pub(crate) struct MarkList {
     /// The words (room for every word of the row).
     pub words: *mut u64,
@@ -265,6 +268,11 @@ pub(crate) fn sfence() {
 
 impl Storage for f32 {
     const MAX_FINITE_BITS: u32 = 0x7F7F_FFFF;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load_lane_of_block(p: *const Self) -> std::arch::x86_64::__m128 {
+        std::arch::x86_64::_mm_setr_ps(*p, *p.add(W), *p.add(2 * W), *p.add(3 * W))
+    }
     #[inline(always)]
     unsafe fn load<V: F32x16>(p: *const Self) -> V {
         V::load_f32(p)
@@ -282,12 +290,12 @@ impl Storage for f32 {
 impl Storage for f16 {
     // 65504.0
     const MAX_FINITE_BITS: u32 = 0x477F_E000;
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn magnitude_floor_bits(m: f32) -> Option<u16> {
-        let h = f16::from_f32(m);
-        // Rounded to nearest: one step down when that went up (from 65520 on, m rounds to
-        // infinity, which steps down to the largest finite value).
-        Some(if h.to_f32() > m { h.to_bits() - 1 } else { h.to_bits() })
+    unsafe fn load_lane_of_block(p: *const Self) -> std::arch::x86_64::__m128 {
+        use std::arch::x86_64::*;
+        let b = |q: usize| (*p.add(W * q)).to_bits() as i16;
+        _mm_cvtph_ps(_mm_setr_epi16(b(0), b(1), b(2), b(3), 0, 0, 0, 0))
     }
     #[inline(always)]
     unsafe fn load<V: F32x16>(p: *const Self) -> V {
@@ -306,15 +314,18 @@ impl Storage for f16 {
 impl Storage for bf16 {
     // bf16::MAX = 3.3895314e38
     const MAX_FINITE_BITS: u32 = 0x7F7F_0000;
+    /// Each value's bits as the high half of an f32.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load_lane_of_block(p: *const Self) -> std::arch::x86_64::__m128 {
+        use std::arch::x86_64::*;
+        let b = |q: usize| (*p.add(W * q)).to_bits() as i16;
+        _mm_castsi128_ps(_mm_setr_epi16(0, b(0), 0, b(1), 0, b(2), 0, b(3)))
+    }
     /// The high half of an f32: a shift (`to_f32` also quiets a NaN).
     #[inline(always)]
     fn widen_one(self) -> f32 {
         f32::from_bits((self.to_bits() as u32) << 16)
-    }
-    #[inline(always)]
-    fn magnitude_floor_bits(m: f32) -> Option<u16> {
-        // bf16 is the high half of f32: dropping the low half rounds a positive value down.
-        Some((m.to_bits() >> 16) as u16)
     }
     #[inline(always)]
     unsafe fn load<V: F32x16>(p: *const Self) -> V {

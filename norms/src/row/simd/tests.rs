@@ -4,7 +4,7 @@
 
 use half::{bf16, f16};
 
-use super::{F32x16, MarkList, Storage, W};
+use super::{F32x16, W};
 
 /// f32 probes: every widened f16 and bf16 value, their midpoints and neighbours, scattered bit
 /// patterns (NaNs with payloads, subnormals), the extremes.
@@ -180,46 +180,6 @@ unsafe fn masks_2<V: F32x16>() {
     }
 }
 
-/// `F32x16::mark_values_16` against its definition, for layouts that have it: random 16-bit
-/// patterns (signed zeros, infinities and NaN among them), every group count up to 11 (lone
-/// last groups, single pairs, several words), bounds from 0 to infinity's bits; nothing is
-/// written past the last mask.
-/// # Safety
-/// The CPU has V's instruction set.
-unsafe fn marks_16<V: F32x16>() {
-    let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
-    for case in 0..3000 {
-        let groups = 1 + case % 11;
-        let x: Vec<u16> = (0..W * groups)
-            .map(|_| match next() % 8 {
-                0 => [0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E01, 0x7F80, 0xFF80, 0x7FC1][next() as usize % 8],
-                _ => next() as u16,
-            })
-            .collect();
-        let bound = match case % 5 {
-            0 => 0,
-            1 => 0x7C00,
-            _ => next() as u16 & 0x7FFF,
-        };
-        let words = groups.div_ceil(4);
-        let (mut w, mut nz) = (vec![0xA5A5_A5A5_A5A5_A5A5u64; words + 1], vec![0xA5A5_A5A5_A5A5_A5A5u64; 2]);
-        let mut list = MarkList::new(w.as_mut_ptr(), nz.as_mut_ptr());
-        if !V::mark_values_16(x.as_ptr(), groups, bound, &mut list) {
-            return;
-        }
-        list.finish();
-        assert_eq!(list.count, words, "groups {groups}: words pushed");
-        for (i, &got) in w[..words].iter().enumerate() {
-            let want = (64 * i..x.len().min(64 * i + 64)).fold(0u64, |m, j| m | ((x[j] & 0x7FFF >= bound) as u64) << (j - 64 * i));
-            assert_eq!(got, want, "groups {groups}, bound {bound:#x}, word {i}");
-            assert_eq!(nz[0] >> i & 1, (want != 0) as u64, "groups {groups}, bound {bound:#x}: bitmap bit {i}");
-        }
-        assert_eq!(nz[0] >> words, 0, "groups {groups}: bitmap bits past the last word");
-        assert_eq!(nz[1], 0xA5A5_A5A5_A5A5_A5A5, "groups {groups}: written past the bitmap");
-        assert!(w[words..].iter().all(|&m| m == 0xA5A5_A5A5_A5A5_A5A5), "groups {groups}: written past the last word");
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx2_matches_the_scalar_definitions() {
@@ -235,8 +195,6 @@ fn avx2_matches_the_scalar_definitions() {
         conversions::<super::avx2_even_odd::Avx2EvenOdd>();
         lane_semantics::<super::avx2_even_odd::Avx2EvenOdd>();
         selections::<super::avx2_even_odd::Avx2EvenOdd>();
-        marks_16::<super::avx2::Avx2>();
-        marks_16::<super::avx2_even_odd::Avx2EvenOdd>();
         masks_2::<super::avx2::Avx2>();
         masks_2::<super::avx2_even_odd::Avx2EvenOdd>();
     }
@@ -262,30 +220,3 @@ fn avx512_matches_the_scalar_definitions() {
     unsafe { run() }
 }
 
-/// `Storage::magnitude_floor_bits`: the largest value of the type at most m, for m of every
-/// scale (subnormal, beside the largest finite value, above it).
-#[test]
-fn magnitude_floor_bits_is_the_largest_value_at_most_m() {
-    fn check<S: Storage>(m: f32, to_f64: impl Fn(u16) -> f64, max_bits: u16) {
-        let got = S::magnitude_floor_bits(m).expect("16-bit types have it");
-        assert!(got <= max_bits, "m {m:e}: {got:#x} is not finite");
-        assert!(to_f64(got) <= m as f64, "m {m:e}: {got:#x} is above it");
-        assert!(got == max_bits || to_f64(got + 1) > m as f64, "m {m:e}: {got:#x} is not the largest");
-    }
-    let mut next = xorshift(0x2545_F491_4F6C_DD1D);
-    for case in 0..100_000u32 {
-        let s = next();
-        let m = match case % 3 {
-            0 => f32::from_bits((s as u32) & 0x7F7F_FFFF).max(f32::from_bits(1)),
-            1 => (s >> 40) as f32 * 2f32.powi((case % 60) as i32 - 40),
-            _ => 65504.0 * (1.0 + ((s >> 40) as f32 - 8e6) * 1e-9),
-        };
-        if m <= 0.0 {
-            continue;
-        }
-        check::<f16>(m, |b| f16::from_bits(b).to_f64(), 0x7BFF);
-        check::<bf16>(m, |b| bf16::from_bits(b).to_f64(), 0x7F7F);
-    }
-    assert_eq!(f32::MAX.to_bits() >> 16, 0x7F7F);
-    assert!(<f32 as Storage>::magnitude_floor_bits(1.0).is_none());
-}
