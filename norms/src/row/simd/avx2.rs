@@ -103,10 +103,10 @@ pub(super) unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f3
         let mut t = [[0i32; 4]; 16];
         let mut m = 0;
         while m < 16 {
-            let (mut i, mut n) = (0, 0);
+            let (mut i, mut n) = (0i32, 0usize);
             while i < 4 {
                 if m >> i & 1 == 1 {
-                    t[m][n] = i as i32;
+                    t[m][n] = i;
                     n += 1;
                 }
                 i += 1;
