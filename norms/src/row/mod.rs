@@ -105,16 +105,33 @@ pub static PREFETCH_AHEAD: std::sync::atomic::AtomicBool = std::sync::atomic::At
 /// are evicted before anyone reads them, and a normal store first reads every destination line
 /// (1.5x the compulsory traffic of a norm). Measured on the 2-core development machine: f32
 /// 16384x4096 rms 8-10% faster, layer f16 13%; and why not below the cache: f16 4096x1024 rms
-/// (16 MiB in all) 0.27 ms with normal stores, 0.44-0.88 ms streamed. The size is the L3 of CPU 0
-/// from sysfs (32 MiB if unknown); `NORMLAB_STREAM_MIN_BYTES` overrides it (0: always stream).
+/// (16 MiB in all) 0.27 ms with normal stores, 0.44-0.88 ms streamed. The threshold is
+/// [`stream_threshold`]'s; `NORMLAB_STREAM_MIN_BYTES` overrides it (0: always stream).
 pub(crate) fn stream_output(bytes: usize) -> bool {
     static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     bytes >= *MIN.get_or_init(|| {
-        if let Some(v) = std::env::var("NORMLAB_STREAM_MIN_BYTES").ok().and_then(|v| v.trim().parse().ok()) {
-            return v;
-        }
-        last_level_cache_bytes().unwrap_or(32 << 20)
+        let var = std::env::var("NORMLAB_STREAM_MIN_BYTES").ok();
+        stream_threshold(var.as_deref(), last_level_cache_bytes())
     })
+}
+
+/// Where a VM's sysfs reports the whole socket's L3 (a 2-vCPU Xeon guest read 300 MiB), the
+/// share a process gets is far smaller, as the neighbours use the rest: [`stream_output`]
+/// takes the L3 size up to this cap. On that guest (`normlab bench norms`, default stores
+/// against `NORMLAB_STREAM_MIN_BYTES=0`, two alternations each): streamed, the 16-bit
+/// 16384x4096 forwards (256 MiB in all) went from 52-60% to 62-76% of the copy bandwidth,
+/// f32 4096x4096 (128 MiB) from 8.5 to 5.0-5.5 ms for rms, f16 4096x4096 (64 MiB) l1 from
+/// 5.2-5.7 to 4.1-4.6 ms; at 32 MiB (f32 4096x1024) neither was faster in both runs, and at
+/// 16 MiB (16-bit 4096x1024) streaming was slower.
+pub(crate) const STREAM_CAP_BYTES: usize = 64 << 20;
+
+/// The byte count from which [`stream_output`] streams: the override when it parses (bytes),
+/// else the last-level cache's size capped at [`STREAM_CAP_BYTES`], else 32 MiB.
+pub(crate) fn stream_threshold(var: Option<&str>, llc: Option<usize>) -> usize {
+    if let Some(v) = var.and_then(|v| v.trim().parse().ok()) {
+        return v;
+    }
+    llc.map_or(32 << 20, |l| l.min(STREAM_CAP_BYTES))
 }
 
 /// The L3 size of CPU 0 (`/sys/devices/system/cpu/cpu0/cache/index3/size`, e.g. "32768K").
@@ -469,4 +486,23 @@ fn backward_rows<T: Element, A: Real>(
         c.nonfinite_out += count_nonfinite(dxr);
     }
     (c, dw, db)
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::{stream_threshold, STREAM_CAP_BYTES};
+
+    #[test]
+    fn the_cache_size_is_capped_and_the_override_wins() {
+        const MIB: usize = 1 << 20;
+        // A 2-vCPU guest's sysfs reporting the socket's 300 MiB: capped.
+        assert_eq!(stream_threshold(None, Some(300 * MIB)), STREAM_CAP_BYTES);
+        // A 32 MiB L3 is below the cap: kept.
+        assert_eq!(stream_threshold(None, Some(32 * MIB)), 32 * MIB);
+        assert_eq!(stream_threshold(None, None), 32 * MIB);
+        assert_eq!(stream_threshold(Some(" 0 "), Some(300 * MIB)), 0);
+        assert_eq!(stream_threshold(Some("1000000000"), Some(32 * MIB)), 1_000_000_000);
+        // An unparsable override is ignored.
+        assert_eq!(stream_threshold(Some("lots"), Some(300 * MIB)), STREAM_CAP_BYTES);
+    }
 }
