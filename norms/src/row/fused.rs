@@ -474,7 +474,7 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
                 [d + t, q + t * t]
             }, next);
             next_sum = ahead;
-            let raw = stats::finish_layer(ctx, hi, lanes::combine(d.to_array()), lanes::combine(q.to_array()), eps);
+            let raw = stats::finish_layer(ctx, hi, d.combine(), q.combine(), eps);
             // |t| <= sqrt(sum t^2) for t = x - hi, and z = t - lo rounds once.
             let t_max = (raw.sumsq as f64 * sum_slack(n)).sqrt() + ABS_SLACK;
             (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
@@ -502,7 +502,7 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
                 let h = V::splat(hi);
                 let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], |v, [d]| [d + (v - h)], next);
                 next_sum = ahead;
-                lanes::combine(d.to_array()) * inv_n
+                d.combine() * inv_n
             } else {
                 0.0
             };
@@ -535,7 +535,7 @@ unsafe fn abs_statistic<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], z_abs
                 let a = z_abs(v);
                 [V::max_gt(a, m), s + a]
             });
-            (lanes::max_of(m.to_array()), lanes::combine(s.to_array()))
+            (lanes::max_of(m.to_array()), s.combine())
         }
         NormKind::TopK { k } => top_k_statistic::<V, S>(x, k, z_abs, &mut abs[..x.len()]),
         _ => unreachable!("abs_statistic is for L1, L-inf and Top-k"),
@@ -563,7 +563,7 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
         abs[full..].copy_from_slice(&t[..n - full]);
         s = V::select_first(n - full, s + a, s);
     }
-    (stats::topk_mean(&mut abs[..n], k), lanes::combine(s.to_array()))
+    (stats::topk_mean(&mut abs[..n], k), s.combine())
 }
 
 /// Values per block of Top-k's block maxima: four groups of 16 ([`top_k_pass`]).
@@ -615,7 +615,7 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     if ctx.centred {
         let (h, zero) = (V::splat(hi), V::splat(0.0));
         let (d, t_max, next_sum) = isolated_top_k_pass::<V, S, true>(x, hi, next, bmax);
-        let lo = lanes::combine(d.to_array()) * ctx.inv_n;
+        let lo = d.combine() * ctx.inv_n;
         // Bounds of |z| = |fl(t - lo)| from |t|, rounding being monotone: each lane's largest
         // |z| is at least fl(max |t| - |lo|) (its value of largest |t| has that much), so the
         // k-th largest of those bounds the row's k-th largest |z| from below; and every |z|
@@ -639,7 +639,7 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
         mark_blocks::<V>(bmax, blocks, t0, &mut list);
         // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): the gather's |z|.
         let stat = top_k_of_marked::<V, S>(x, |v| v.abs(), (0.0, 0.0), t0, k, cand, &list);
-        (0.0, stat, lanes::combine(d.to_array()), None)
+        (0.0, stat, d.combine(), None)
     }
 }
 
@@ -705,7 +705,7 @@ unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f3
         Some(nx) => {
             assert_eq!(nx.len(), x.len(), "the next row has another length");
             let (d, m, s) = block_maxima::<V, S, true>(x, f, nx.as_ptr(), bmax);
-            (d, m, Some(lanes::combine(s.to_array())))
+            (d, m, Some(s.combine()))
         }
         None => {
             let (d, m, _) = block_maxima::<V, S, false>(x, f, x.as_ptr(), bmax);
@@ -798,7 +798,7 @@ unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S],
         let t = v - h;
         [d + t, V::max_gt(t, mx), V::min_lt(t, mn)]
     }, next);
-    let lo = lanes::combine(d.to_array()) * ctx.inv_n;
+    let lo = d.combine() * ctx.inv_n;
     let l = V::splat(lo);
     // Clamped at +0: a lane whose values were all NaN has no maximum (and a NaN row is
     // rescued), and `max_gt` turns -0 into +0, as the maxima of `|z|` start.
@@ -876,7 +876,10 @@ unsafe fn top_k_of_marked<V: F32x16, S: Storage>(
     } else {
         stats::top_k_of_candidates(&mut cand[..n], kept, k);
     }
-    stats::mean_of_sorted_top_k(cand, k)
+    // `stats::mean_of_sorted_top_k`: k <= 16 (`stats::uses_lane_maxima`) magnitudes, each
+    // `0 + v = v` in its lane of the sum, the rest zero, combined.
+    debug_assert!(k <= W && cand.len() >= W);
+    V::select_first(k, V::load_f32(cand.as_ptr()), V::splat(0.0)).combine() / k as f32
 }
 
 /// `|z| = |fl(fl(x_j - hi) - lo)|` of the four values of each marked lane of `list`
@@ -937,7 +940,7 @@ unsafe fn gather_marked<V: F32x16, S: Storage>(x: &[S], list: &MarkList, (hi, lo
 #[inline(always)]
 unsafe fn sum<V: F32x16, S: Storage>(x: &[S], f: impl Fn(V) -> V) -> f32 {
     let [s] = fold::<V, S, 1>(x, |v, [s]| [s + f(v)]);
-    lanes::combine(s.to_array())
+    s.combine()
 }
 
 /// K lane accumulators (each starting at +0, as in `lanes`) updated by `step` with 16
@@ -983,7 +986,7 @@ unsafe fn fold_with_next<V: F32x16, S: Storage, const K: usize>(
         }
         s = V::select_first(n - full, s + load_partial::<V, S>(&nx[full..]), s);
     }
-    (acc, Some(lanes::combine(s.to_array())))
+    (acc, Some(s.combine()))
 }
 
 /// [`fold`] from the given initial accumulators.

@@ -93,6 +93,15 @@ unsafe fn store_bf16_bits<const NT: bool>(p: *mut u16, lo: __m256i, hi: __m256i)
     }
 }
 
+/// The last three halvings of `lanes::combine` on its lanes 0-7 in `r` (lane j plus lane
+/// j + 4, then j + 2, then j + 1; each lower lane the first operand, as there).
+#[inline(always)]
+pub(super) unsafe fn combine_8(r: __m256) -> f32 {
+    let q = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps::<1>(r));
+    let h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h)))
+}
+
 /// `F32x16::keep_lane_of_block` in one SSE register, for every x86 layout: the four `z`
 /// computed together, and those kept moved to the front by a permute from a table indexed by
 /// the compare mask (with one store, where one per value took about nine instructions each).
@@ -270,6 +279,12 @@ impl F32x16 for Avx2 {
     fn ge_mask_2(a: Self, b: Self, t: Self) -> u32 {
         // SAFETY: as in `add`.
         unsafe { ge_mask_2_in_order((a.0, a.1), (b.0, b.1), (t.0, t.1)) }
+    }
+    /// [`combine_8`] of lanes j + (lanes j + 8).
+    #[inline(always)]
+    fn combine(self) -> f32 {
+        // SAFETY: as in `add`.
+        unsafe { combine_8(_mm256_add_ps(self.0, self.1)) }
     }
     #[inline(always)]
     fn to_array(self) -> [f32; W] {

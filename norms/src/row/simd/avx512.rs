@@ -142,6 +142,15 @@ impl F32x16 for Avx512 {
         // SAFETY: as in `add`.
         unsafe { _mm512_cmp_ps_mask::<_CMP_GE_OQ>(self.0, t.0) as u32 }
     }
+    /// Lanes 8-15 added to lanes 0-7, then [`super::avx2::combine_8`].
+    #[inline(always)]
+    fn combine(self) -> f32 {
+        // SAFETY: as in `add`.
+        unsafe {
+            let upper = _mm512_shuffle_f32x4::<0b11_10_11_10>(self.0, self.0);
+            super::avx2::combine_8(_mm512_castps512_ps256(_mm512_add_ps(self.0, upper)))
+        }
+    }
     #[inline(always)]
     fn to_array(self) -> [f32; W] {
         let mut out = [0.0f32; W];
@@ -149,64 +158,20 @@ impl F32x16 for Avx512 {
         unsafe { self.store_f32(out.as_mut_ptr()) };
         out
     }
-    /// `rank_select`'s rule (the smallest value with at most k - 1 values strictly above it)
-    /// in registers: a compare and a masked add per lane for the "strictly above" counts, then
-    /// a masked minimum. The scalar form compiles to a popcount per lane and a chain of
-    /// conditional moves, several times the instructions.
+    /// By a sorting network ([`super::sort16_avx512`]).
     #[inline(always)]
     fn kth_largest_magnitude(self, k: usize) -> f32 {
-        debug_assert!((1..=W).contains(&k));
-        // SAFETY: as in `add`; `keys` holds 16 values.
-        unsafe {
-            // Magnitudes: their order is that of their bit patterns as i32 (rank_select doc).
-            let b = _mm512_castps_si512(self.0);
-            let mut keys = [0i32; W];
-            _mm512_storeu_si512(keys.as_mut_ptr() as *mut _, b);
-            let one = _mm512_set1_epi32(1);
-            // Two counters: the masked adds are a dependency chain each.
-            let (mut c0, mut c1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-            for j in (0..W).step_by(2) {
-                c0 = _mm512_mask_add_epi32(c0, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(keys[j]), b), c0, one);
-                c1 = _mm512_mask_add_epi32(c1, _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(keys[j + 1]), b), c1, one);
-            }
-            let above = _mm512_add_epi32(c0, c1);
-            let within = _mm512_cmple_epi32_mask(above, _mm512_set1_epi32(k as i32 - 1));
-            f32::from_bits(_mm512_mask_reduce_min_epi32(within, b) as u32)
-        }
+        // SAFETY: as in `add`.
+        unsafe { super::sort16_avx512::kth_largest(self.0, k) }
     }
     /// [`super::avx2::keep_lane_of_block`].
     #[inline(always)]
     unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
         super::avx2::keep_lane_of_block(x, hi, lo, t0, out)
     }
-    /// Up to 16 candidates (the usual count) in registers: each one's place in the descending
-    /// order is the number of values strictly above it plus the equal ones before it (so the
-    /// places are a permutation of 0..m), and the candidates are written to their places: no
-    /// search, no branch on the data. More candidates take `rank_select`.
+    /// By a sorting network for up to 16 candidates ([`super::sort16_avx512`]).
     #[inline(always)]
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
-        if m > W {
-            return crate::row::rank_select::top_k_of_few(a, m, k);
-        }
-        assert!(1 <= k && k <= m && m <= a.len(), "top_k_of_few: k {k}, m {m}, len {}", a.len());
-        let live = ((1u32 << m) - 1) as __mmask16;
-        // Lanes past m hold -1: below every magnitude, so they raise no count.
-        let b = _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), live, a.as_ptr() as *const i32);
-        let one = _mm512_set1_epi32(1);
-        let mut place = _mm512_setzero_si512();
-        for (j, v) in a[..m].iter().enumerate() {
-            let bj = _mm512_set1_epi32(v.to_bits() as i32);
-            let later = (0xFFFE_u32 << j) as __mmask16;
-            let before = _mm512_cmpgt_epi32_mask(bj, b) | _mm512_mask_cmpeq_epi32_mask(later, bj, b);
-            place = _mm512_mask_add_epi32(place, before, place, one);
-        }
-        let mut places = [0i32; W];
-        _mm512_storeu_si512(places.as_mut_ptr() as *mut _, place);
-        let mut sorted = [0.0f32; W];
-        for (p, v) in places[..m].iter().zip(&a[..m]) {
-            // A permutation of 0..m: below 16.
-            sorted[*p as usize & (W - 1)] = *v;
-        }
-        a[..k].copy_from_slice(&sorted[..k]);
+        super::sort16_avx512::top_k_of_few(a, m, k)
     }
 }

@@ -22,6 +22,8 @@ pub(crate) mod avx2_even_odd;
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod sort16;
+#[cfg(target_arch = "x86_64")]
+mod sort16_avx512;
 
 use std::ops::{Add, Mul, Sub};
 
@@ -119,6 +121,14 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     /// Bit j set when lane j is `>= t` (an ordered comparison: NaN lanes are clear).
     fn ge_mask(self, t: Self) -> u32;
     fn to_array(self) -> [f32; W];
+    /// `lanes::combine(self.to_array())`: the 16 lanes summed by halving (lane j plus lane
+    /// j + 8, then j + 4, j + 2, j + 1), the same additions in the same order, so the same
+    /// bits. In registers where the layout allows (four adds and three shuffles instead of a
+    /// store and fifteen scalar adds).
+    #[inline(always)]
+    fn combine(self) -> f32 {
+        crate::lanes::combine(self.to_array())
+    }
     /// The k-th largest (1 <= k <= 16, counted with multiplicity) of the 16 lanes, which are
     /// magnitudes (sign clear, never NaN): the value `rank_select::kth_largest_of_16` gives.
     #[inline(always)]
