@@ -33,7 +33,8 @@ const fn keeps_larger(k: usize, j: usize) -> u16 {
     m
 }
 
-/// One stage: each lane against `partner` (its pair's key), the larger kept where `MASK` says.
+/// One stage: each lane against `partner` (its pair's key), the larger kept where `mask` has
+/// its bit set ([`keeps_larger`]), the smaller elsewhere.
 #[inline(always)]
 unsafe fn stage(v: __m512i, partner: __m512i, mask: u16) -> __m512i {
     _mm512_mask_max_epi32(_mm512_min_epi32(v, partner), mask, v, partner)
