@@ -120,8 +120,7 @@ pub(super) unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
 mod tests {
     use super::*;
 
-    /// The network against a sort, on keys with many ties, and on every 0/1 input (which, by
-    /// the zero-one principle, proves a comparator network sorts everything).
+    /// The network against a sort (`simd::tests::assert_sorts_16_desc`).
     #[test]
     fn sort16_desc_sorts() {
         if !crate::row::has_avx2() {
@@ -139,23 +138,7 @@ mod tests {
             _mm256_storeu_si256(out.as_mut_ptr().add(8) as *mut __m256i, b);
             out
         }
-        let check = |keys: [i32; W]| {
-            let mut want = keys;
-            want.sort_unstable_by(|x, y| y.cmp(x));
-            // SAFETY: AVX2 detected above.
-            assert_eq!(unsafe { sorted(keys) }, want, "{keys:?}");
-        };
-        for bits in 0..1u32 << W {
-            check(std::array::from_fn(|i| (bits >> i & 1) as i32));
-        }
-        let mut s = 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..20_000 {
-            check(std::array::from_fn(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s % 7) as i32 - 1
-            }));
-        }
+        // SAFETY: AVX2 detected above.
+        super::super::tests::assert_sorts_16_desc(|keys| unsafe { sorted(keys) });
     }
 }

@@ -90,8 +90,7 @@ pub(super) unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
 mod tests {
     use super::*;
 
-    /// The network against a sort, on keys with many ties, and on every 0/1 input (which, by
-    /// the zero-one principle, proves a comparator network sorts everything); and the two
+    /// The network against a sort (`simd::tests::assert_sorts_16_desc`), and the two
     /// selections against `rank_select`.
     #[test]
     fn sort16_desc_sorts_and_selects() {
@@ -114,15 +113,8 @@ mod tests {
         unsafe fn few(a: &mut [f32], m: usize, k: usize) {
             top_k_of_few(a, m, k)
         }
-        let check = |keys: [i32; W]| {
-            let mut want = keys;
-            want.sort_unstable_by(|x, y| y.cmp(x));
-            // SAFETY: AVX-512F detected above.
-            assert_eq!(unsafe { sorted(keys) }, want, "{keys:?}");
-        };
-        for bits in 0..1u32 << W {
-            check(std::array::from_fn(|i| (bits >> i & 1) as i32));
-        }
+        // SAFETY: AVX-512F detected above.
+        super::super::tests::assert_sorts_16_desc(|keys| unsafe { sorted(keys) });
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         let mut next = || {
             s ^= s << 13;
@@ -131,7 +123,6 @@ mod tests {
             s
         };
         for round in 0..20_000 {
-            check(std::array::from_fn(|_| (next() % 7) as i32 - 1));
             // Magnitudes with ties (a few distinct values) or spread out.
             let spread = round % 2 == 0;
             let keys: [f32; W] = std::array::from_fn(|_| {
@@ -143,7 +134,7 @@ mod tests {
                 }
             });
             let k = 1 + (next() as usize) % W;
-            // SAFETY: as above.
+            // SAFETY: AVX-512F detected above.
             assert_eq!(unsafe { kth(keys, k) }.to_bits(), crate::row::rank_select::kth_largest_of_16(keys, k).to_bits(), "{keys:?} k {k}");
             let m = k + (next() as usize) % (W + 1 - k);
             let mut got = keys.to_vec();

@@ -24,6 +24,30 @@ fn probes() -> Vec<f32> {
     p
 }
 
+/// Checks a 16-key descending sort (`sorted`, the keys as i32) against `sort_unstable_by`: on
+/// every 0/1 input, which by the zero-one principle proves a comparator network sorts
+/// everything, and on 20,000 inputs of many ties (keys -1..=5). For the networks of
+/// `sort16` (AVX2) and `sort16_avx512`.
+pub(super) fn assert_sorts_16_desc(sorted: impl Fn([i32; W]) -> [i32; W]) {
+    let check = |keys: [i32; W]| {
+        let mut want = keys;
+        want.sort_unstable_by(|x, y| y.cmp(x));
+        assert_eq!(sorted(keys), want, "{keys:?}");
+    };
+    for bits in 0..1u32 << W {
+        check(std::array::from_fn(|i| (bits >> i & 1) as i32));
+    }
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..20_000 {
+        check(std::array::from_fn(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 7) as i32 - 1
+        }));
+    }
+}
+
 /// A buffer aligned for the streaming stores.
 #[repr(align(64))]
 struct Aligned<T>(T);
