@@ -295,6 +295,13 @@ unsafe fn rows<V: F32x16, S: Storage>(
 
 #[cfg(test)]
 thread_local! {
+    /// Top-k rows whose mean this thread took in registers ([`in_registers`]): the tests
+    /// check that Gaussian rows of whole blocks do, on AVX-512.
+    static IN_REGISTERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+thread_local! {
     /// Rows this thread handed to the generic kernel: the tests check that ordinary rows take
     /// the fused path (a rescue gives the same bits, so only this count shows a fast path
     /// that quietly never runs).
@@ -626,8 +633,10 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
         let l = V::splat(lo);
         let (stat, check) = match bound_before_difference(t0, lo) {
             Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
-                mark_blocks::<V>(bmax, blocks, c, &mut list);
-                let stat = top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), (hi, lo), t0, k, cand, &list);
+                let stat = in_registers::<V, S>(x, blocks, bmax, c, (hi, lo), t0, k, cand).unwrap_or_else(|| {
+                    mark_blocks::<V>(bmax, blocks, c, &mut list);
+                    top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), (hi, lo), t0, k, cand, &list)
+                });
                 (stat, z_max)
             }
             _ => top_k_statistic::<V, S>(x, k, |v| ((v - h) - l).abs(), &mut cand[..n]),
@@ -636,11 +645,39 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     } else {
         let (d, m, _) = isolated_top_k_pass::<V, S, false>(x, 0.0, None, bmax);
         let t0 = m.kth_largest_magnitude(k);
-        mark_blocks::<V>(bmax, blocks, t0, &mut list);
         // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): the gather's |z|.
-        let stat = top_k_of_marked::<V, S>(x, |v| v.abs(), (0.0, 0.0), t0, k, cand, &list);
+        let stat = in_registers::<V, S>(x, blocks, bmax, t0, (0.0, 0.0), t0, k, cand).unwrap_or_else(|| {
+            mark_blocks::<V>(bmax, blocks, t0, &mut list);
+            top_k_of_marked::<V, S>(x, |v| v.abs(), (0.0, 0.0), t0, k, cand, &list)
+        });
         (0.0, stat, d.combine(), None)
     }
+}
+
+/// `F32x16::top_k_mean_in_registers` on a row of whole blocks (else `None`), with `cand` as
+/// the room for its positions: the common case of [`mark_blocks`] and [`top_k_of_marked`]
+/// without memory round trips or branches on the data, where the layout has it (AVX-512).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn in_registers<V: F32x16, S: Storage>(
+    x: &[S],
+    blocks: usize,
+    bmax: *const f32,
+    c: f32,
+    hi_lo: (f32, f32),
+    t0: f32,
+    k: usize,
+    cand: &mut [f32],
+) -> Option<f32> {
+    if !V::AVX512 || x.len() != BLOCK * blocks || cand.len() < W * blocks + W || !(1..=W).contains(&k) {
+        return None;
+    }
+    let mean = V::top_k_mean_in_registers::<S>(x.as_ptr(), blocks, bmax, c, hi_lo, t0, k, cand.as_mut_ptr() as *mut u32);
+    #[cfg(test)]
+    if mean.is_some() {
+        IN_REGISTERS.with(|r| r.set(r.get() + 1));
+    }
+    mean
 }
 
 /// [`top_k_pass`] in a function of its own (one per instruction set), never inlined: its

@@ -12,6 +12,16 @@ use super::{F32x16, Storage, W};
 #[derive(Clone, Copy)]
 pub(crate) struct Avx512(__m512);
 
+impl Avx512 {
+    /// The value of a register.
+    /// # Safety
+    /// AVX-512F available (module doc of simd).
+    #[inline(always)]
+    pub(super) unsafe fn from_register(v: __m512) -> Self {
+        Avx512(v)
+    }
+}
+
 impl Add for Avx512 {
     type Output = Self;
     #[inline(always)]
@@ -168,6 +178,20 @@ impl F32x16 for Avx512 {
     #[inline(always)]
     unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
         super::avx2::keep_lane_of_block(x, hi, lo, t0, out)
+    }
+    /// [`super::top_k_avx512::mean_of_marked`].
+    #[inline(always)]
+    unsafe fn top_k_mean_in_registers<S: Storage>(
+        x: *const S,
+        blocks: usize,
+        bmax: *const f32,
+        c: f32,
+        hi_lo: (f32, f32),
+        t0: f32,
+        k: usize,
+        pos: *mut u32,
+    ) -> Option<f32> {
+        super::top_k_avx512::mean_of_marked::<S>(x, blocks, bmax, c, hi_lo, t0, k, pos)
     }
     /// By a sorting network for up to 16 candidates ([`super::sort16_avx512`]).
     #[inline(always)]

@@ -24,6 +24,8 @@ pub(crate) mod avx512;
 mod sort16;
 #[cfg(target_arch = "x86_64")]
 mod sort16_avx512;
+#[cfg(target_arch = "x86_64")]
+mod top_k_avx512;
 
 use std::ops::{Add, Mul, Sub};
 
@@ -156,6 +158,27 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
             kept += (z >= t0) as usize;
         }
         kept
+    }
+    /// Top-k's mean of the k largest `|z|` of a row of `blocks` whole blocks, all in registers
+    /// where the layout can (`top_k_avx512::mean_of_marked`, whose contract this is); `None`
+    /// where it cannot, or when the marked lanes or candidates are too many: the caller then
+    /// marks and gathers in memory (`fused::top_k_of_marked`), with the same result.
+    /// # Safety
+    /// As `top_k_avx512::mean_of_marked`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn top_k_mean_in_registers<S: Storage>(
+        x: *const S,
+        blocks: usize,
+        bmax: *const f32,
+        c: f32,
+        hi_lo: (f32, f32),
+        t0: f32,
+        k: usize,
+        pos: *mut u32,
+    ) -> Option<f32> {
+        let _ = (x, blocks, bmax, c, hi_lo, t0, k, pos);
+        None
     }
     /// Whether this is the AVX-512 layout (else an AVX2 one): which instruction set a function
     /// of its own for this layout is compiled for (`fused::isolated_top_k_pass`).
