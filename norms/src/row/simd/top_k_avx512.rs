@@ -7,10 +7,11 @@
 //! # Why
 //! Measured on rows of 1024 f32 in cache (AVX-512 guest, `examples/forward_wall`), the
 //! general path's gather cost about 0.09 us a row and its selection 0.05 us, for about 11
-//! candidates: the words of marks are decoded by loops whose trip counts vary row to row
-//! (mispredicted about once or twice a row, each time after the whole chain of dependent steps
-//! from the pass's maxima), and the candidates go through memory twice, each time read by a
-//! wider load than the stores that wrote them (no store forwarding). Here the marked lanes are
+//! candidates. Two likely reasons (not measured one by one: this guest has no performance
+//! counters): the words of marks are decoded by loops whose trip counts vary row to row, which
+//! no predictor learns, and whose branches resolve only after the whole chain of dependent
+//! steps from the pass's maxima; and the candidates go through memory twice, each time read by
+//! a wider load than the stores that wrote them (no store forwarding). Here the marked lanes are
 //! compressed into a list of positions block by block, the four values of up to 16 lanes are
 //! loaded in four registers of four lanes each, and the candidates are compressed and expanded
 //! into one register, which the sorting network sorts.
@@ -99,7 +100,9 @@ pub(super) unsafe fn mean_of_marked<S: Storage>(
             return None;
         }
         let packed = _mm512_maskz_compress_epi32(keep, _mm512_castps_si512(z));
-        cand = _mm512_mask_expand_epi32(cand, first(count) << kept, packed);
+        // In u32: a shift of a 16-bit mask by 16 (kept = 16, count = 0) would overflow.
+        let at = ((first(count) as u32) << kept) as __mmask16;
+        cand = _mm512_mask_expand_epi32(cand, at, packed);
         kept += count;
     }
     if kept < k {
