@@ -40,9 +40,11 @@ pub struct Versions {
 pub struct Provenance {
     pub machine: MachineInfo,
     pub versions: Versions,
-    /// `git rev-parse HEAD` in the working directory, if it is a git checkout.
+    /// The git commit this binary was built from (`build.rs`), if it was built from a git
+    /// checkout: not the working directory's, which a binary kept from another commit and run
+    /// here would otherwise be labelled with.
     pub git_commit: Option<String>,
-    /// Whether tracked files differ from that commit.
+    /// Whether tracked files differed from that commit when it was built.
     pub git_dirty: Option<bool>,
     /// Seconds since the Unix epoch when the run started.
     pub unix_time: u64,
@@ -110,11 +112,8 @@ impl Versions {
 
 impl Provenance {
     pub fn detect() -> Self {
-        let git_commit = command_output("git", &["rev-parse", "HEAD"]);
-        let git_dirty = git_commit
-            .as_ref()
-            .and_then(|_| command_output("git", &["status", "--porcelain", "--untracked-files=no"]))
-            .map(|s| !s.is_empty());
+        let git_commit = option_env!("NORMLAB_BUILD_GIT_COMMIT").map(str::to_string);
+        let git_dirty = option_env!("NORMLAB_BUILD_GIT_DIRTY").and_then(|d| d.parse().ok());
         Provenance {
             machine: MachineInfo::detect(),
             versions: Versions::detect(),
@@ -140,5 +139,20 @@ mod tests {
         assert_eq!(locked_version(lock, "candle"), None);
         // The real lock file has the baseline's version.
         assert!(locked_version(CARGO_LOCK, "candle-nn").is_some());
+    }
+
+    /// Built from a git checkout (as CI's is), the provenance names the commit `build.rs`
+    /// recorded, whatever the working directory: 40 hex digits, and a dirtiness.
+    #[test]
+    fn provenance_names_the_build_commit() {
+        let p = Provenance::detect();
+        assert_eq!(p.git_commit.as_deref(), option_env!("NORMLAB_BUILD_GIT_COMMIT"));
+        match p.git_commit {
+            Some(c) => {
+                assert!(c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()), "not a commit: {c:?}");
+                assert!(p.git_dirty.is_some(), "a commit without its dirtiness");
+            }
+            None => eprintln!("not built from a git checkout: no commit to check"),
+        }
     }
 }

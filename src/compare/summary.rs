@@ -41,8 +41,9 @@ pub struct PresetInfo {
 pub struct ReportProvenance {
     /// The command line that produced the report.
     pub command: String,
-    /// `git rev-parse HEAD`, or "unknown".
+    /// The git commit the binary was built from (`bench::machine::Provenance`), or "unknown".
     pub git_commit: String,
+    /// Whether tracked files differed from it when the binary was built.
     pub git_dirty: Option<bool>,
     pub machine: MachineInfo,
     pub versions: Versions,

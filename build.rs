@@ -1,0 +1,48 @@
+//! Records the git commit this crate is built from, and whether tracked files differed from
+//! it, as `NORMLAB_BUILD_GIT_COMMIT` and `NORMLAB_BUILD_GIT_DIRTY` (`bench::machine::Provenance`).
+//!
+//! # Why
+//! Reports and benchmark JSON name the commit of the code that produced them. Asking git at run
+//! time names the working directory's commit instead: a binary kept from an earlier commit and
+//! run in a newer checkout (a baseline in an A/B) was labelled with the newer one. Neither is
+//! set when the source is not a git checkout, or git is not installed: the reports then say
+//! "unknown".
+//!
+//! The script reruns when HEAD moves (HEAD, the branch's ref, packed refs) and when a file of
+//! the sources changes (dirtiness), so the values follow the tree the crate is compiled from.
+//! Its `git status` takes no optional lock: a status that rewrote the index would otherwise
+//! leave git's files newer than this run for nothing.
+
+use std::path::Path;
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    for source in ["src", "norms/src", "norms/Cargo.toml", "kernels", "Cargo.toml", "Cargo.lock", "build.rs"] {
+        println!("cargo:rerun-if-changed={source}");
+    }
+    let Some(git_dir) = git(&["rev-parse", "--git-dir"]) else {
+        return;
+    };
+    let git_dir = Path::new(&git_dir);
+    for file in ["HEAD", "packed-refs"] {
+        println!("cargo:rerun-if-changed={}", git_dir.join(file).display());
+    }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        let path = git_dir.join(&branch);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    let Some(commit) = git(&["rev-parse", "HEAD"]) else {
+        return;
+    };
+    println!("cargo:rustc-env=NORMLAB_BUILD_GIT_COMMIT={commit}");
+    if let Some(status) = git(&["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"]) {
+        println!("cargo:rustc-env=NORMLAB_BUILD_GIT_DIRTY={}", !status.is_empty());
+    }
+}
