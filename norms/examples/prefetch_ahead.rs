@@ -8,8 +8,7 @@
 //! ```
 //!
 //! Arguments: runs per setting, shapes, dtypes, kinds (comma-separated). Prints the medians and
-//! their ratio (off / on: above 1, the prefetch helps). With `KNOB=collect` in the environment
-//! the switch alternated is Top-k's collection in its pass (`row::TOP_K_COLLECT`) instead.
+//! their ratio (off / on: above 1, the prefetch helps).
 mod common;
 use common::gaussian;
 use normlab_norms::{bf16, f16, row, Accum, Element, NormSpec, RowStats};
@@ -25,10 +24,7 @@ fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
     let mut t = [Vec::new(), Vec::new()];
     for r in 0..reps * 2 + 4 {
         let on = r % 2 == 0;
-        match std::env::var("KNOB").as_deref() {
-            Ok("collect") => row::TOP_K_COLLECT.store(on, Ordering::Relaxed),
-            _ => row::PREFETCH_AHEAD.store(on, Ordering::Relaxed),
-        }
+        row::PREFETCH_AHEAD.store(on, Ordering::Relaxed);
         let t0 = Instant::now();
         row::forward(&spec, Accum::F32, &x, n, Some(&w), None, &mut y, Some(&mut st)).unwrap();
         let dt = t0.elapsed().as_secs_f64() * 1e3;

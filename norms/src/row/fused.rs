@@ -257,10 +257,7 @@ unsafe fn rows<V: F32x16, S: Storage>(
     // The sum of the row's values (`hi` before the division by n), when the row before
     // computed it ([`fold_with_next`]).
     let mut sum_ahead = None;
-    // Top-k's hint for the next row (`top_k_lane_maxima`): none yet.
-    let mut top_k_hint = 0.0f32;
     let prefetch = super::PREFETCH_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
-    let collect = super::TOP_K_COLLECT.load(std::sync::atomic::Ordering::Relaxed);
     for (r, ((yr, xr), st)) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()).enumerate() {
         // The row the next read from memory will be of: the next row, or for centred kinds
         // the one after (a centred row's first pass sums the next row too). The store pass
@@ -275,10 +272,7 @@ unsafe fn rows<V: F32x16, S: Storage>(
         let head = if ctx.stream_output && n >= W { stream_head(yr.as_ptr()) } else { 0 };
         let affine = scr.lanes.affine::<V>(w, b, head);
         let next = if ctx.centred { xc.get((r + 1) * n..(r + 2) * n) } else { None };
-        if !collect {
-            top_k_hint = 0.0;
-        }
-        let (done, next_sum) = row::<V, S>(ctx, xr, yr, &affine, affine_max, (&mut scr.a, &mut scr.b, &mut top_k_hint), sum_ahead.take(), next, ahead);
+        let (done, next_sum) = row::<V, S>(ctx, xr, yr, &affine, affine_max, &mut scr.a, &mut scr.b, sum_ahead.take(), next, ahead);
         sum_ahead = next_sum;
         match done {
             Some((stats, bad)) => {
@@ -304,13 +298,6 @@ thread_local! {
     /// Top-k rows whose mean this thread took in registers ([`in_registers`]): the tests
     /// check that Gaussian rows of whole blocks do, on AVX-512.
     static IN_REGISTERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Top-k rows whose mean this thread took from the values its pass collected
-    /// (`top_k_lane_maxima`).
-    static FROM_COLLECTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]
@@ -401,9 +388,7 @@ unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
 /// it; `None` (nothing written) when the statistics need the generic kernel's rescue.
 /// `affine_max`: the largest `|w_j|` (1 without a weight) and `|b_j|` (0 without a bias).
 /// `sum`: the sum of the row's values if already known (centred rows); `next`: the next row of
-/// the task, whose sum is then computed along (returned second: [`fold_with_next`]). The
-/// scratch: room for `|z|` or Top-k's candidates, for Top-k's block maxima and marks, and
-/// Top-k's hint from the row before ([`top_k_lane_maxima`]).
+/// the task, whose sum is then computed along (returned second: [`fold_with_next`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn row<V: F32x16, S: Storage>(
@@ -412,12 +397,13 @@ unsafe fn row<V: F32x16, S: Storage>(
     y: &mut [S],
     affine: &RowAffine,
     affine_max: (f64, f64),
-    (abs, marks, hint): (&mut [f32], &mut [f32], &mut f32),
+    abs: &mut [f32],
+    marks: &mut [f32],
     sum: Option<f32>,
     next: Option<&[S]>,
     ahead: *const u8,
 ) -> (Option<(RowStats, u64)>, Option<f32>) {
-    let (raw, z_max, next_sum) = raw_stats::<V, S>(ctx, x, (abs, marks, hint), sum, next);
+    let (raw, z_max, next_sum) = raw_stats::<V, S>(ctx, x, abs, marks, sum, next);
     if needs_rescue(ctx, &raw) {
         return (None, next_sum);
     }
@@ -472,7 +458,8 @@ const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
 unsafe fn raw_stats<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
     x: &[S],
-    (abs, marks, hint): (&mut [f32], &mut [f32], &mut f32),
+    abs: &mut [f32],
+    marks: &mut [f32],
     row_sum: Option<f32>,
     next: Option<&[S]>,
 ) -> (Raw<f32>, f64, Option<f32>) {
@@ -500,7 +487,7 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
             (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
         }
         NormKind::TopK { k } if stats::uses_lane_maxima(n, k) => {
-            let (lo, stat, check, ahead) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, abs, marks, next, hint);
+            let (lo, stat, check, ahead) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, abs, marks, next);
             next_sum = ahead;
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), check as f64 * sum_slack(n) + ABS_SLACK)
         }
@@ -589,14 +576,6 @@ unsafe fn top_k_statistic<V: F32x16, S: Storage>(x: &[S], k: usize, z_abs: impl 
 /// Values per block of Top-k's block maxima: four groups of 16 ([`top_k_pass`]).
 const BLOCK: usize = 4 * W;
 
-/// The fraction of a centred Top-k row's bound `c` that the next row's pass collects the
-/// values above ([`top_k_lane_maxima`]): rows alike in scale have bounds within this of each
-/// other, and the collected values are then a superset of the candidates.
-const HINT_MARGIN: f32 = 0.875;
-
-/// The most collected values the selection in registers reads; past that the marks are used.
-const COLLECTED_MAX: usize = 64;
-
 /// Top-k's `(lo, mean of the k largest |z|, check)` where the lane maxima bound the selection
 /// (`stats::uses_lane_maxima`), with `hi` computed: the values `stats::compute` gives, with
 /// the same passes over the row as L-inf. `check` is the lane sum of `|z|`, or, where that sum
@@ -620,18 +599,6 @@ const COLLECTED_MAX: usize = 64;
 /// ([`top_k_statistic`]): rows with a mean large beside their spread, or with huge values.
 /// Uncentred (`z = x`), the pass sums `|x|` for the check and the blocks are marked against
 /// `t0` itself.
-///
-/// Centred rows of whole blocks on AVX-512 first try the values their pass collected: those
-/// whose `|t|` reached `hint`, the bound `c` of the task's row before times [`HINT_MARGIN`]
-/// (updated here; 0, no collection, for a task's first row). When `hint <= c` they include
-/// every candidate, and the mean is taken from them in registers
-/// (`F32x16::top_k_mean_of_collected`) with no marking and no loads of lanes after the pass,
-/// whose chain of sums leaves room for the collection's instructions. Otherwise (a row of
-/// smaller scale, more than [`COLLECTED_MAX`] values collected, more than 16 candidates) the
-/// marks are used as above. In cache (`examples/forward_wall f32 64 1024 20000 topk`), with
-/// the k-th largest lane maximum taken before `lo` (see the code), the f32 row went from
-/// 0.345-0.369 to 0.324-0.337 us.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -641,7 +608,6 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     cand: &mut [f32],
     marks: &mut [f32],
     next: Option<&[S]>,
-    hint: &mut f32,
 ) -> (f32, f32, f32, Option<f32>) {
     let n = x.len();
     let blocks = n / BLOCK;
@@ -654,59 +620,30 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     let wp = bmax.add(W * blocks) as *mut u64;
     let mut list = MarkList::new(wp, wp.add(words));
     if ctx.centred {
-        let h = V::splat(hi);
-        // Collect the values whose |t| reaches the hint (below the last row's bound `c`) as
-        // the pass goes, where the layout selects from them in registers.
-        let collect = V::AVX512 && n == BLOCK * blocks && k <= W && *hint > 0.0;
-        let pass = if collect {
-            isolated_top_k_pass::<V, S, true, true>(x, hi, next, bmax, (*hint, cand.as_mut_ptr()))
-        } else {
-            isolated_top_k_pass::<V, S, true, false>(x, hi, next, bmax, (0.0, cand.as_mut_ptr()))
-        };
-        let (d, t_max, next_sum) = (pass.sums, pass.maxima, pass.next_sum);
+        let (h, zero) = (V::splat(hi), V::splat(0.0));
+        let (d, t_max, next_sum) = isolated_top_k_pass::<V, S, true>(x, hi, next, bmax);
         let lo = d.combine() * ctx.inv_n;
         // Bounds of |z| = |fl(t - lo)| from |t|, rounding being monotone: each lane's largest
         // |z| is at least fl(max |t| - |lo|) (its value of largest |t| has that much), so the
         // k-th largest of those bounds the row's k-th largest |z| from below; and every |z|
         // is at most fl(max |t| + |lo|). Clamped at +0 (a NaN `lo` is rescued).
-        //
-        // `m -> max_gt(fl(m - |lo|), +0)` is non-decreasing, so the k-th largest of the lanes'
-        // bounds is that map of the k-th largest lane maximum: the same bits, from a selection
-        // that does not wait for `lo` (the end of the pass's chain of sums) and so runs while
-        // that chain finishes.
-        let kth_max = t_max.kth_largest_magnitude(k);
-        let below = kth_max - lo.abs();
-        let t0 = if below > 0.0 { below } else { 0.0 };
+        let lo_abs = V::splat(lo.abs());
+        let t0 = V::max_gt(t_max - lo_abs, zero).kth_largest_magnitude(k);
         let z_max = lanes::max_of(t_max.to_array()) + lo.abs();
         let l = V::splat(lo);
-        let bound = bound_before_difference(t0, lo);
-        let (stat, check) = match bound {
+        let (stat, check) = match bound_before_difference(t0, lo) {
             Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
-                // The collected values hold every candidate when the hint was at most `c`.
-                let from_collected = if collect && *hint <= c && pass.collected <= COLLECTED_MAX {
-                    V::top_k_mean_of_collected(cand.as_ptr(), pass.collected, lo, t0, k)
-                } else {
-                    None
-                };
-                #[cfg(test)]
-                if from_collected.is_some() {
-                    FROM_COLLECTED.with(|r| r.set(r.get() + 1));
-                }
-                let stat = from_collected
-                    .or_else(|| in_registers::<V, S>(x, blocks, bmax, c, (hi, lo), t0, k, cand))
-                    .unwrap_or_else(|| {
-                        mark_blocks::<V>(bmax, blocks, c, &mut list);
-                        top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), (hi, lo), t0, k, cand, &list)
-                    });
+                let stat = in_registers::<V, S>(x, blocks, bmax, c, (hi, lo), t0, k, cand).unwrap_or_else(|| {
+                    mark_blocks::<V>(bmax, blocks, c, &mut list);
+                    top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), (hi, lo), t0, k, cand, &list)
+                });
                 (stat, z_max)
             }
             _ => top_k_statistic::<V, S>(x, k, |v| ((v - h) - l).abs(), &mut cand[..n]),
         };
-        // The next row's hint: this row's bound with a margin, or none.
-        *hint = bound.map_or(0.0, |c| c * HINT_MARGIN);
         (lo, stat, check, next_sum)
     } else {
-        let Pass { sums: d, maxima: m, .. } = isolated_top_k_pass::<V, S, false, false>(x, 0.0, None, bmax, (0.0, cand.as_mut_ptr()));
+        let (d, m, _) = isolated_top_k_pass::<V, S, false>(x, 0.0, None, bmax);
         let t0 = m.kth_largest_magnitude(k);
         // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): the gather's |z|.
         let stat = in_registers::<V, S>(x, blocks, bmax, t0, (0.0, 0.0), t0, k, cand).unwrap_or_else(|| {
@@ -749,54 +686,32 @@ unsafe fn in_registers<V: F32x16, S: Storage>(
 /// iteration while registers stood free, depending on code elsewhere in the function (bf16
 /// rows of 4096: 1.42 -> 1.62 us, from a change to the gather).
 #[inline(always)]
-unsafe fn isolated_top_k_pass<V: F32x16, S: Storage, const CENTRED: bool, const COLLECT: bool>(
+unsafe fn isolated_top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(
     x: &[S],
     hi: f32,
     next: Option<&[S]>,
     bmax: *mut f32,
-    collect: (f32, *mut f32),
-) -> Pass<V> {
+) -> (V, V, Option<f32>) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2,fma,f16c,popcnt")]
         #[inline(never)]
-        unsafe fn avx2<V: F32x16, S: Storage, const CENTRED: bool, const COLLECT: bool>(
-            x: &[S],
-            hi: f32,
-            next: Option<&[S]>,
-            bmax: *mut f32,
-            collect: (f32, *mut f32),
-        ) -> Pass<V> {
-            top_k_pass::<V, S, CENTRED, COLLECT>(x, hi, next, bmax, collect)
+        unsafe fn avx2<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
+            top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
         }
         #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
         #[inline(never)]
-        unsafe fn avx512<V: F32x16, S: Storage, const CENTRED: bool, const COLLECT: bool>(
-            x: &[S],
-            hi: f32,
-            next: Option<&[S]>,
-            bmax: *mut f32,
-            collect: (f32, *mut f32),
-        ) -> Pass<V> {
-            top_k_pass::<V, S, CENTRED, COLLECT>(x, hi, next, bmax, collect)
+        unsafe fn avx512<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
+            top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
         }
         if V::AVX512 {
-            avx512::<V, S, CENTRED, COLLECT>(x, hi, next, bmax, collect)
+            avx512::<V, S, CENTRED>(x, hi, next, bmax)
         } else {
-            avx2::<V, S, CENTRED, COLLECT>(x, hi, next, bmax, collect)
+            avx2::<V, S, CENTRED>(x, hi, next, bmax)
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    top_k_pass::<V, S, CENTRED, COLLECT>(x, hi, next, bmax, collect)
-}
-
-/// What [`top_k_pass`] returns: the lane sums, the lane maxima, the next row's sum (when
-/// given) and how many values it collected (with `COLLECT`).
-struct Pass<V> {
-    sums: V,
-    maxima: V,
-    next_sum: Option<f32>,
-    collected: usize,
+    top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
 }
 
 /// Top-k's one pass over a row before the selection: centred, the lane sums of `t = x - hi`
@@ -811,13 +726,7 @@ struct Pass<V> {
 /// maximum. The centred row's maxima are only used when `hi` is finite, and then every `t`
 /// is a number; an uncentred row with a NaN has a NaN check sum and is rescued.
 #[inline(always)]
-unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool, const COLLECT: bool>(
-    x: &[S],
-    hi: f32,
-    next: Option<&[S]>,
-    bmax: *mut f32,
-    collect: (f32, *mut f32),
-) -> Pass<V> {
+unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
     let h = V::splat(hi);
     // (the term summed, the term maximised)
     let f = |v: V| {
@@ -832,37 +741,31 @@ unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool, const COLLECT: 
     match next {
         Some(nx) => {
             assert_eq!(nx.len(), x.len(), "the next row has another length");
-            let (d, m, s, got) = block_maxima::<V, S, true, COLLECT>(x, f, nx.as_ptr(), bmax, collect);
-            Pass { sums: d, maxima: m, next_sum: Some(s.combine()), collected: got }
+            let (d, m, s) = block_maxima::<V, S, true>(x, f, nx.as_ptr(), bmax);
+            (d, m, Some(s.combine()))
         }
         None => {
-            let (d, m, _, got) = block_maxima::<V, S, false, COLLECT>(x, f, x.as_ptr(), bmax, collect);
-            Pass { sums: d, maxima: m, next_sum: None, collected: got }
+            let (d, m, _) = block_maxima::<V, S, false>(x, f, x.as_ptr(), bmax);
+            (d, m, None)
         }
     }
 }
 
 /// The loop of [`top_k_pass`]: returns the lane sums of `f(v).0`, the lane maxima of
 /// `f(v).1` and, with `NEXT`, the lane sums of the values at `q` (a row as long as `x`).
-/// With `COLLECT` (rows of whole blocks only), also stores the `f(v).0` whose `f(v).1` is at
-/// least `collect.0`, packed from `collect.1` on ([`F32x16::store_where_ge`]), and returns
-/// how many (fourth; else 0): at most the row's length, so `collect.1` needs room for `n`.
 #[inline(always)]
-unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool, const COLLECT: bool>(
+unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool>(
     x: &[S],
     f: impl Fn(V) -> (V, V),
     q: *const S,
     bmax: *mut f32,
-    (c_collect, out): (f32, *mut f32),
-) -> (V, V, V, usize) {
+) -> (V, V, V) {
     let n = x.len();
     let full = n - n % W;
     let blocks = n / BLOCK;
     let p = x.as_ptr();
     let zero = V::splat(0.0);
     let (mut d, mut m, mut s) = (zero, zero, zero);
-    let mut got = 0usize;
-    debug_assert!(!COLLECT || n % BLOCK == 0, "collecting on a row of whole blocks only");
     // One group at i: its sum term added, its maximised term returned. A macro, not a
     // closure: a closure called from several places was not inlined, and its SIMD operations
     // became calls.
@@ -873,10 +776,6 @@ unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool, const COLLECT: b
             d = d + u;
             if NEXT {
                 s = s + S::load(q.add(i));
-            }
-            if COLLECT {
-                // `got` values from the groups before: `got + 16 <= i + 16 <= n`.
-                got += V::store_where_ge(u, a, c_collect, out.add(got));
             }
             a
         }};
@@ -904,7 +803,7 @@ unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool, const COLLECT: b
             s = V::select_first(n - full, s + load_partial::<V, S>(tail), s);
         }
     }
-    (d, m, s, got)
+    (d, m, s)
 }
 
 /// A bound `m > 0` such that every f32 `u` with `|fl(u - v)| >= a` has `|u| >= m`: rounding to

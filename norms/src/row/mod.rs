@@ -100,13 +100,6 @@ pub(crate) fn ctx<A: Real>(spec: &NormSpec, n: usize) -> Result<RowCtx<A>> {
 #[doc(hidden)]
 pub static PREFETCH_AHEAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Whether the fused Top-k's pass collects the values above the last row's bound, for the
-/// selection in registers (`fused::top_k_lane_maxima`). On; a switch only so that
-/// `examples/prefetch_ahead.rs` can measure what it brings (`KNOB=collect`), as
-/// [`PREFETCH_AHEAD`].
-#[doc(hidden)]
-pub static TOP_K_COLLECT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
 /// Whether a forward that reads and writes `bytes` in all (input plus output) should write
 /// around the caches: when they do not fit in the last-level cache together, the output's lines
 /// are evicted before anyone reads them, and a normal store first reads every destination line

@@ -193,18 +193,6 @@ impl F32x16 for Avx512 {
     ) -> Option<f32> {
         super::top_k_avx512::mean_of_marked::<S>(x, blocks, bmax, c, hi_lo, t0, k, pos)
     }
-    /// A compare into a mask, a compress and a store.
-    #[inline(always)]
-    unsafe fn store_where_ge(v: Self, a: Self, c: f32, out: *mut f32) -> usize {
-        let m = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a.0, _mm512_set1_ps(c));
-        _mm512_storeu_ps(out, _mm512_maskz_compress_ps(m, v.0));
-        m.count_ones() as usize
-    }
-    /// [`super::top_k_avx512::mean_of_collected`].
-    #[inline(always)]
-    unsafe fn top_k_mean_of_collected(t: *const f32, count: usize, lo: f32, t0: f32, k: usize) -> Option<f32> {
-        super::top_k_avx512::mean_of_collected(t, count, lo, t0, k)
-    }
     /// By a sorting network for up to 16 candidates ([`super::sort16_avx512`]).
     #[inline(always)]
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {

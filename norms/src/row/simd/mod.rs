@@ -180,36 +180,6 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
         let _ = (x, blocks, bmax, c, hi_lo, t0, k, pos);
         None
     }
-    /// Stores the lanes of `v` whose lane of `a` is `>= c` (ordered: NaN lanes are not),
-    /// packed from `out` on, and returns how many: Top-k's pass collecting the values that may
-    /// be candidates as it goes (`fused::block_maxima`). Writes `out[..16]` whatever the count
-    /// (the lanes past it are scratch). Only the AVX-512 layout is called with it; this
-    /// default is the definition.
-    /// # Safety
-    /// As [`F32x16::splat`]; `out` valid for writing 16 f32.
-    #[inline(always)]
-    unsafe fn store_where_ge(v: Self, a: Self, c: f32, out: *mut f32) -> usize {
-        let (v, a) = (v.to_array(), a.to_array());
-        let mut kept = 0;
-        for j in 0..W {
-            if a[j] >= c {
-                *out.add(kept) = v[j];
-                kept += 1;
-            }
-        }
-        kept
-    }
-    /// Top-k's mean of the k largest `|z| = |fl(t - lo)|` at or above `t0` among the `count`
-    /// values `t` that the pass collected ([`F32x16::store_where_ge`]), in registers where the
-    /// layout can (`top_k_avx512::mean_of_collected`, whose contract this is); `None` where it
-    /// cannot, or when more than 16 or fewer than k are `>= t0`.
-    /// # Safety
-    /// As `top_k_avx512::mean_of_collected`.
-    #[inline(always)]
-    unsafe fn top_k_mean_of_collected(t: *const f32, count: usize, lo: f32, t0: f32, k: usize) -> Option<f32> {
-        let _ = (t, count, lo, t0, k);
-        None
-    }
     /// Whether this is the AVX-512 layout (else an AVX2 one): which instruction set a function
     /// of its own for this layout is compiled for (`fused::isolated_top_k_pass`).
     const AVX512: bool = false;

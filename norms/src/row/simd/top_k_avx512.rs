@@ -20,11 +20,6 @@
 //! Up to 16 marked lanes and 16 candidates: about 99% of Gaussian rows of 1024 or 4096 at
 //! k = 8 (both counts average about 11). Otherwise `None`, and the caller takes the general
 //! path, which gives the same value.
-//!
-//! # From collected values
-//! [`mean_of_collected`] selects the same way among values the pass stored as it went (those
-//! above the last row's bound with a margin, `fused::top_k_lane_maxima`): no marking and no
-//! lane loads once the pass is done, 16 values to a register.
 
 use std::arch::x86_64::*;
 
@@ -86,7 +81,9 @@ pub(super) unsafe fn mean_of_marked<S: Storage>(
     _mm512_storeu_si512(pos.add(marked) as *mut _, _mm512_setzero_si512());
     let (h, l, t) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(t0));
     let sign = _mm512_set1_epi32(0x7FFF_FFFF);
-    let mut cand = Candidates::new();
+    // The candidates, from lane 0 on; the rest -1, below every magnitude as a key.
+    let mut cand = _mm512_set1_epi32(-1);
+    let mut kept = 0usize;
     // Four lanes of four values per register: lane i of this quarter in lanes 4i to 4i + 3.
     for quarter in 0..4 {
         let p = |i: usize| x.add(*pos.add(4 * quarter + i) as usize);
@@ -97,75 +94,22 @@ pub(super) unsafe fn mean_of_marked<S: Storage>(
         // |z| as `keep_lane_of_block` computes it: the same operations, the same bits.
         let z = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(_mm512_sub_ps(v, h), l)), sign));
         let live = first(4 * marked.saturating_sub(4 * quarter));
-        cand.add(z, _mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(live, z, t))?;
-    }
-    cand.mean_of_top(k)
-}
-
-/// The mean of the k largest `|z| = |fl(t - lo)|` at or above `t0` of the `count` values at
-/// `t`, which the pass collected (`F32x16::store_where_ge`: the `t = fl(x - hi)` of its sum,
-/// so `|z|` has the bits that `mean_of_marked` computes from `x`), among them every value of the
-/// row with `|z| >= t0`. The same result as `mean_of_marked`; `None` when more than 16 are
-/// kept, or fewer than k.
-///
-/// # Safety
-/// AVX-512F available; `t` valid for reading `count` values (read by masked loads of 16);
-/// `1 <= k <= 16`.
-#[inline(always)]
-pub(super) unsafe fn mean_of_collected(t: *const f32, count: usize, lo: f32, t0: f32, k: usize) -> Option<f32> {
-    debug_assert!((1..=W).contains(&k));
-    let (l, tv) = (_mm512_set1_ps(lo), _mm512_set1_ps(t0));
-    let sign = _mm512_set1_epi32(0x7FFF_FFFF);
-    let mut cand = Candidates::new();
-    let mut i = 0;
-    while i < count {
-        let live = first(count - i);
-        let v = _mm512_maskz_loadu_ps(live, t.add(i));
-        let z = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(v, l)), sign));
-        cand.add(z, _mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(live, z, tv))?;
-        i += W;
-    }
-    cand.mean_of_top(k)
-}
-
-/// Up to 16 candidates in one register, from lane 0 on; the other lanes -1, below every
-/// magnitude as a key (`sort16_desc`).
-struct Candidates {
-    reg: __m512i,
-    kept: usize,
-}
-
-impl Candidates {
-    #[inline(always)]
-    unsafe fn new() -> Self {
-        Candidates { reg: _mm512_set1_epi32(-1), kept: 0 }
-    }
-
-    /// Appends the lanes of `z` set in `keep` (compressed, then expanded after those kept);
-    /// `None` when that would make more than 16.
-    #[inline(always)]
-    unsafe fn add(&mut self, z: __m512, keep: __mmask16) -> Option<()> {
+        let keep = _mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(live, z, t);
         let count = keep.count_ones() as usize;
-        if self.kept + count > W {
+        if kept + count > W {
             return None;
         }
         let packed = _mm512_maskz_compress_epi32(keep, _mm512_castps_si512(z));
         // In u32: a shift of a 16-bit mask by 16 (kept = 16, count = 0) would overflow.
-        let at = ((first(count) as u32) << self.kept) as __mmask16;
-        self.reg = _mm512_mask_expand_epi32(self.reg, at, packed);
-        self.kept += count;
-        Some(())
+        let at = ((first(count) as u32) << kept) as __mmask16;
+        cand = _mm512_mask_expand_epi32(cand, at, packed);
+        kept += count;
     }
-
-    /// The mean of the k largest, summed as `fused::top_k_of_marked` sums them (sorted, the
-    /// k largest in their lanes, the rest zero, combined); `None` when fewer than k.
-    #[inline(always)]
-    unsafe fn mean_of_top(self, k: usize) -> Option<f32> {
-        if self.kept < k {
-            return None;
-        }
-        let sorted = _mm512_castsi512_ps(sort16_desc(self.reg));
-        let top = super::avx512::Avx512::from_register(_mm512_maskz_mov_ps(first(k), sorted));
-        Some(super::F32x16::combine(top) / k as f32)
+    if kept < k {
+        return None;
     }
+    let sorted = _mm512_castsi512_ps(sort16_desc(cand));
+    // `fused::top_k_of_marked`'s sum: the k largest in their lanes, the rest zero, combined.
+    let top = super::avx512::Avx512::from_register(_mm512_maskz_mov_ps(first(k), sorted));
+    Some(super::F32x16::combine(top) / k as f32)
 }
