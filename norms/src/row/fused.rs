@@ -22,7 +22,7 @@
 
 use super::kernel::{needs_rescue, Scratch};
 use super::rank_select;
-use super::simd::{load_partial, sfence, store_partial, F32x16, MarkList, Storage, W};
+use super::simd::{load_partial, sfence, store_partial, F32x16, MarkList, MarkedRow, Storage, W};
 use super::stats::{self, Raw, RowCtx, RowStats};
 use crate::accum::Real;
 use crate::counters::Counters;
@@ -672,7 +672,8 @@ unsafe fn in_registers<V: F32x16, S: Storage>(
     if !V::AVX512 || x.len() != BLOCK * blocks || cand.len() < W * blocks + W || !(1..=W).contains(&k) {
         return None;
     }
-    let mean = V::top_k_mean_in_registers::<S>(x.as_ptr(), blocks, bmax, c, hi_lo, t0, k, cand.as_mut_ptr() as *mut u32);
+    let row = MarkedRow { x: x.as_ptr(), blocks, bmax, c, hi_lo, t0, k, pos: cand.as_mut_ptr() as *mut u32 };
+    let mean = V::top_k_mean_in_registers::<S>(row);
     #[cfg(test)]
     if mean.is_some() {
         IN_REGISTERS.with(|r| r.set(r.get() + 1));

@@ -181,17 +181,8 @@ impl F32x16 for Avx512 {
     }
     /// [`super::top_k_avx512::mean_of_marked`].
     #[inline(always)]
-    unsafe fn top_k_mean_in_registers<S: Storage>(
-        x: *const S,
-        blocks: usize,
-        bmax: *const f32,
-        c: f32,
-        hi_lo: (f32, f32),
-        t0: f32,
-        k: usize,
-        pos: *mut u32,
-    ) -> Option<f32> {
-        super::top_k_avx512::mean_of_marked::<S>(x, blocks, bmax, c, hi_lo, t0, k, pos)
+    unsafe fn top_k_mean_in_registers<S: Storage>(row: super::MarkedRow<S>) -> Option<f32> {
+        super::top_k_avx512::mean_of_marked::<S>(row)
     }
     /// By a sorting network for up to 16 candidates ([`super::sort16_avx512`]).
     #[inline(always)]

@@ -165,19 +165,9 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     /// marks and gathers in memory (`fused::top_k_of_marked`), with the same result.
     /// # Safety
     /// As `top_k_avx512::mean_of_marked`.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    unsafe fn top_k_mean_in_registers<S: Storage>(
-        x: *const S,
-        blocks: usize,
-        bmax: *const f32,
-        c: f32,
-        hi_lo: (f32, f32),
-        t0: f32,
-        k: usize,
-        pos: *mut u32,
-    ) -> Option<f32> {
-        let _ = (x, blocks, bmax, c, hi_lo, t0, k, pos);
+    unsafe fn top_k_mean_in_registers<S: Storage>(row: MarkedRow<S>) -> Option<f32> {
+        let _ = row;
         None
     }
     /// Whether this is the AVX-512 layout (else an AVX2 one): which instruction set a function
@@ -191,6 +181,27 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
         crate::row::rank_select::top_k_of_few(a, m, k)
     }
+}
+
+/// A Top-k row of whole blocks and what its marking found, for
+/// [`F32x16::top_k_mean_in_registers`]: one definition of the arguments that the fused
+/// forward (`fused::in_registers`) hands through the layout to `top_k_avx512::mean_of_marked`,
+/// whose contract says what each must be.
+pub(crate) struct MarkedRow<S> {
+    /// The row: `64 blocks` values.
+    pub x: *const S,
+    pub blocks: usize,
+    /// Each block's 16 lane maxima, in memory order.
+    pub bmax: *const f32,
+    /// The bound a lane maximum must reach for the lane to be marked.
+    pub c: f32,
+    /// `(hi, lo)` of `z = fl(fl(x - hi) - lo)`.
+    pub hi_lo: (f32, f32),
+    /// The candidates' threshold on `|z|`.
+    pub t0: f32,
+    pub k: usize,
+    /// Room for `16 blocks + 16` positions.
+    pub pos: *mut u32,
 }
 
 /// A storage type the fused kernels read and write directly: f32, f16, bf16.

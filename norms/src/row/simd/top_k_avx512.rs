@@ -24,7 +24,7 @@
 use std::arch::x86_64::*;
 
 use super::sort16_avx512::sort16_desc;
-use super::{Storage, W};
+use super::{MarkedRow, Storage, W};
 
 /// Values per block (`fused::BLOCK`): lane j of block b is the values `64 b + j + 16 q`.
 const BLOCK: usize = 4 * W;
@@ -40,7 +40,7 @@ fn first(count: usize) -> __mmask16 {
 }
 
 /// The mean of the k largest `|z| = |fl(fl(x_j - hi) - lo)|` of a row of `blocks` whole blocks
-/// at `x`, given `bmax` (each block's 16 lane maxima, in memory order) and `c`, such that every
+/// at `x` (the fields of `row`), given `bmax` (each block's 16 lane maxima, in memory order) and `c`, such that every
 /// lane of a block holding a `|z| >= t0` has its maximum `>= c`, and `t0` at most the row's
 /// k-th largest `|z|`. The same bits as `fused::top_k_of_marked`: the candidates are the
 /// values `>= t0` of the lanes marked by `c`, sorted by the same network, and the k largest
@@ -50,18 +50,9 @@ fn first(count: usize) -> __mmask16 {
 /// # Safety
 /// AVX-512F available; `x` valid for reading `64 blocks` values, `bmax` for `16 blocks`
 /// values, `pos` for writing `16 blocks + 16` positions; `1 <= k <= 16`.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn mean_of_marked<S: Storage>(
-    x: *const S,
-    blocks: usize,
-    bmax: *const f32,
-    c: f32,
-    (hi, lo): (f32, f32),
-    t0: f32,
-    k: usize,
-    pos: *mut u32,
-) -> Option<f32> {
+pub(super) unsafe fn mean_of_marked<S: Storage>(row: MarkedRow<S>) -> Option<f32> {
+    let MarkedRow { x, blocks, bmax, c, hi_lo: (hi, lo), t0, k, pos } = row;
     debug_assert!((1..=W).contains(&k));
     // The positions of the marked lanes (the offset of each lane's first value), block by
     // block; each block writes 16 and advances by its count.
