@@ -146,7 +146,18 @@ mod tests {
     #[test]
     fn provenance_names_the_build_commit() {
         let p = Provenance::detect();
-        assert_eq!(p.git_commit.as_deref(), option_env!("NORMLAB_BUILD_GIT_COMMIT"));
+        // Built in a checkout, the commit is the checkout's HEAD: build.rs reruns when HEAD
+        // moves, so a test binary never outlives the commit it was built from.
+        let head = std::process::Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        if let Some(head) = &head {
+            assert_eq!(p.git_commit.as_deref(), Some(head.as_str()), "the recorded build commit is not the checkout's HEAD");
+        }
         match p.git_commit {
             Some(c) => {
                 assert!(c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()), "not a commit: {c:?}");
