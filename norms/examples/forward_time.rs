@@ -52,9 +52,8 @@ fn run<T: Element>(spec: &NormSpec, rows: usize, n: usize, reps: usize, gauss: b
         times.push(cpu_seconds() - t0);
     }
     times.remove(0); // warm-up
-    times.sort_by(f64::total_cmp);
     let bytes = (2 * rows * n * std::mem::size_of::<T>()) as f64;
-    let (min, med) = (times[0], times[times.len() / 2]);
+    let (min, med) = common::min_median(&mut times);
     println!(
         "{:<8} {:<5} {rows}x{n}: cpu min {:.3} ms, median {:.3} ms ({:.1} GB/s of cpu time at the minimum)",
         spec.kind.name(),

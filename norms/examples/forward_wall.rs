@@ -32,9 +32,9 @@ fn run<T: Element>(kinds: &[&str], rows: usize, n: usize, reps: usize) {
             row::forward(&spec, Accum::F32, &x, n, Some(&w), bias, &mut y, Some(&mut st)).expect("forward");
             t.push(t0.elapsed().as_secs_f64());
         }
-        t.sort_by(f64::total_cmp);
+        let (min, med) = common::min_median(&mut t);
         let per_row = |s: f64| s * 1e6 / rows as f64;
-        print!("{name} {:.3}/{:.3} ", per_row(t[0]), per_row(t[t.len() / 2]));
+        print!("{name} {:.3}/{:.3} ", per_row(min), per_row(med));
     }
     println!("(us per {} row of {n}, min/median)", T::DTYPE);
 }

@@ -32,11 +32,7 @@ fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
             t[on as usize].push(dt);
         }
     }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (on, off) = (med(&mut t[1]), med(&mut t[0]));
+    let (on, off) = (common::min_median(&mut t[1]).1, common::min_median(&mut t[0]).1);
     println!("{rows}x{n} {name:4} {kind:7} prefetch {on:.3} ms  none {off:.3} ms  off/on {:.3}", off / on);
 }
 

@@ -43,7 +43,8 @@ fn main() {
             let spec = NormSpec::new(common::kind(kind, 8), 1e-5);
             let mut t: [Vec<f64>; 4] = Default::default();
             for r in 0..(reps + 2) * layouts.len() {
-                let (l, (xs, ys)) = (r % layouts.len(), layouts[r % layouts.len()]);
+                let l = r % layouts.len();
+                let (xs, ys) = layouts[l];
                 xb[xs..xs + rows * n].copy_from_slice(&g);
                 let t0 = Instant::now();
                 row::forward(&spec, Accum::F32, &xb[xs..xs + rows * n], n, Some(&w), None, &mut yb[ys..ys + rows * n], Some(&mut st)).unwrap();
@@ -51,13 +52,7 @@ fn main() {
                     t[l].push(t0.elapsed().as_secs_f64() * 1e3);
                 }
             }
-            let m: Vec<f64> = t
-                .iter_mut()
-                .map(|v| {
-                    v.sort_by(f64::total_cmp);
-                    v[v.len() / 2]
-                })
-                .collect();
+            let m: Vec<f64> = t.iter_mut().map(|v| common::min_median(v).1).collect();
             println!(
                 "{rows}x{n} {kind:7} aligned {:.3} ms; over it: both +16 B {:.3}, y +16 B {:.3}, x +16 B {:.3}",
                 m[0],

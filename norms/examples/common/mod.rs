@@ -1,4 +1,5 @@
-//! What the forward examples share: their input generator and the kind names they parse.
+//! What the forward examples share: their input generator, the kind names they parse and the
+//! summary of their timings.
 //! (Each example uses part of it.)
 #![allow(dead_code)]
 
@@ -40,4 +41,11 @@ pub fn kind(name: &str, k: usize) -> NormKind {
         "topk" => NormKind::TopK { k },
         other => panic!("unknown kind {other} (rms, layer, unit-l2, l1, linf, topk)"),
     }
+}
+
+/// The minimum and the median (the middle value, the upper one of an even count) of timings,
+/// which it sorts. At least one timing.
+pub fn min_median(t: &mut [f64]) -> (f64, f64) {
+    t.sort_by(f64::total_cmp);
+    (t[0], t[t.len() / 2])
 }
