@@ -145,8 +145,9 @@ pub fn plan(
 /// and shared memory) with the variant's kernel.
 ///
 /// - `Pure`: `eps` and `c` are rounded to the storage type here, exactly as normlab-norms'
-///   pure accumulators round them (`PureF16::from_f64` = `half::f16::from_f64`, `PureBf16` =
-///   `half::bf16::from_f64`), so that the kernel starts from the same values as the CPU path.
+///   pure accumulators round them (`PureF16::from_f64` and `PureBf16::from_f64` are
+///   [`normlab_norms::Element::from_f64`]: rounded once to nearest), so that the kernel starts
+///   from the same values as the CPU path.
 /// - `E4M3`: `out_scale` must be finite and positive ([`KernelError::InvalidScale`]).
 #[allow(clippy::too_many_arguments)]
 pub fn plan_variant(
@@ -178,7 +179,7 @@ pub fn plan_variant(
 /// `v` rounded to the storage type as normlab-norms' pure accumulators round constants, widened.
 pub fn round_to(storage: Storage, v: f64) -> f32 {
     match storage {
-        Storage::F16 => half::f16::from_f64(v).to_f32(),
-        Storage::BF16 => half::bf16::from_f64(v).to_f32(),
+        Storage::F16 => <half::f16 as normlab_norms::Element>::from_f64(v).to_f32(),
+        Storage::BF16 => <half::bf16 as normlab_norms::Element>::from_f64(v).to_f32(),
     }
 }

@@ -11,11 +11,13 @@
 //!   `unit_tolerance::<T>()` of 1, ball lines `||w||^2 <= radius^2` exactly (no tolerance);
 //! - a second launch changes no bit and reports no projected line (idempotent);
 //! - the same outcome counts as the CPU path, and at most 1 ulp from the CPU path's values
-//!   (differences are printed; the one seen, in the f16 model test, is the CPU path's: it
-//!   narrows with `half::f16::from_f64`, which rounds f64 -> f32 -> f16 (twice), and there
-//!   x s = -0.027671813127 lies 8e-13 inside the midpoint -0.02767181396484375: f32 rounds onto
-//!   the midpoint, f16 then ties to even, 1 ulp off; the kernel stores the correctly rounded
-//!   value);
+//!   (differences are printed). Until the CPU path narrowed through `Element::from_f64` (round
+//!   to odd, then to nearest) it rounded with `half::f16::from_f64`, i.e. f64 -> f32 -> f16: in
+//!   the f16 model test x s = -0.027671813127 lies 8e-13 inside the midpoint
+//!   -0.02767181396484375, f32 rounded onto it and f16 tied to even, 1 ulp off the kernel's
+//!   correctly rounded value. In a ball line such a 1-ulp slip can flip the shrink decision and
+//!   move the whole line by 2-3 ulps, which `normlab gpu-check` met on an H100 (and the
+//!   emulator reproduced) on 300 x 1000 and larger matrices;
 //! - zero lines stay zero, lines with NaN/Inf stay bit-identical (same as the CPU path);
 //! - odd shapes (1 x n, n x 1, 1 x 1, row and column tails), many matrices in one launch,
 //!   several thread orders and the reversed block order (bitwise identical results);

@@ -280,7 +280,7 @@ macro_rules! pure_half {
             const HUGE: f64 = f64::INFINITY;
             #[inline(always)]
             fn from_f64(v: f64) -> Self {
-                $name(<$half>::from_f64(v).to_f32())
+                $name(<$half as crate::element::Element>::from_f64(v).to_f32())
             }
             #[inline(always)]
             fn to_f64(self) -> f64 {

@@ -189,15 +189,38 @@ impl Element for f32 {
     }
 }
 
+/// `v` rounded to f32 **to odd**: the f32 next to `v` towards zero, with its last significand bit
+/// set when that is not `v` itself (NaN stays NaN; beyond the f32 range: +-`f32::MAX`, odd).
+///
+/// Why: rounding `v` to nearest f32 and then to nearest f16 is two roundings, and the first can
+/// land exactly on an f16 midpoint that `v` was not on (then ties-to-even picks the wrong side,
+/// about once in 2^14 conversions). Rounding to odd keeps the sticky information in the last bit,
+/// so one more rounding to nearest into any format with at least two significand bits fewer than
+/// f32 (f16, bf16, fp8) gives `v` rounded once (Boldo and Melquiond, "Emulation of FMA and
+/// correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 2008).
+#[inline]
+pub fn f64_to_f32_round_odd(v: f64) -> f32 {
+    let r = v as f32;
+    if r as f64 == v || v.is_nan() {
+        return r;
+    }
+    // Nearest was away from zero (or overflowed to infinity): step one ulp back towards zero
+    // (sign-magnitude bits: infinity - 1 is f32::MAX, the smallest subnormal - 1 is zero).
+    let bits = if (r as f64).abs() > v.abs() { r.to_bits() - 1 } else { r.to_bits() };
+    f32::from_bits(bits | 1)
+}
+
 impl Element for f16 {
     const DTYPE: DType = DType::F16;
     #[inline(always)]
     fn to_f64(self) -> f64 {
         f16::to_f64(self)
     }
+    /// Through [`f64_to_f32_round_odd`]: `half`'s own `f16::from_f64` rounds through a plain
+    /// `as f32` with F16C (two roundings) and drops the low 32 bits without F16C.
     #[inline(always)]
     fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
+        f16::from_f32(f64_to_f32_round_odd(v))
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -229,9 +252,11 @@ impl Element for bf16 {
     fn to_f64(self) -> f64 {
         bf16::to_f64(self)
     }
+    /// Through [`f64_to_f32_round_odd`]: `half`'s own `bf16::from_f64` drops the low 32 bits
+    /// of the f64 before rounding, so values just past a bf16 midpoint round the wrong way.
     #[inline(always)]
     fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
+        bf16::from_f32(f64_to_f32_round_odd(v))
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -328,6 +353,127 @@ mod tests {
         assert!(<float8::F8E4M3 as Element>::from_f64(f64::NAN).to_f64().is_nan());
         assert_eq!(<float8::F8E4M3 as Element>::from_f64(1e6).to_f64(), 448.0);
         assert_eq!(<float8::F8E5M2 as Element>::from_f64(f64::NEG_INFINITY).to_f64(), f64::NEG_INFINITY);
+    }
+
+    /// Every finite value of a small float type, ascending, as (value, bit pattern); -0 left out.
+    fn finite_values<T: Element>(width: u32, from_bits: impl Fn(u32) -> T) -> Vec<(f64, u32)> {
+        let mut v: Vec<(f64, u32)> = (0..1u32 << width)
+            .map(|b| (from_bits(b).to_f64(), b))
+            .filter(|(x, _)| x.is_finite() && !(*x == 0.0 && x.is_sign_negative()))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    }
+
+    /// `v` rounded once to nearest (ties to the even bit pattern) by search over `vals`: the
+    /// reference. Beyond the largest finite value: infinity from the midpoint to the next binade
+    /// on (`inf` true; f16, bf16) or the largest value (saturating fp8).
+    fn nearest(v: f64, vals: &[(f64, u32)], inf: bool) -> f64 {
+        let (max, _) = vals[vals.len() - 1];
+        let a = v.abs();
+        let top = vals[vals.len() - 2].0;
+        if a >= max {
+            // The overflow threshold is max + half its ulp; at it, ties go to infinity (even).
+            let r = if inf && a >= max + (max - top) / 2.0 { f64::INFINITY } else { max };
+            return r.copysign(v);
+        }
+        let i = vals.partition_point(|&(x, _)| x <= a) - 1;
+        let ((lo, lb), (hi, hb)) = (vals[i], vals[i + 1]);
+        let mid = lo + (hi - lo) / 2.0; // exact: a few significand bits, far from f64's limits
+        let r = if a < mid || (a == mid && lb % 2 == 0) {
+            lo
+        } else if a > mid || hb % 2 == 0 {
+            hi
+        } else {
+            lo
+        };
+        r.copysign(v)
+    }
+
+    /// Values around every kind of place a narrowing can go wrong: exact midpoints, midpoints
+    /// missed by less than half an f32 ulp (where rounding through f32 lands on the midpoint,
+    /// or dropping low bits makes one), random points between neighbours, the overflow
+    /// threshold and the subnormal range.
+    fn probes(vals: &[(f64, u32)], seed: u64) -> Vec<f64> {
+        let mut s = seed;
+        let mut next = || {
+            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let mut out = Vec::new();
+        for _ in 0..20_000 {
+            let i = (next() % (vals.len() as u64 - 1)) as usize;
+            let (lo, hi) = (vals[i].0, vals[i + 1].0);
+            let mid = lo + (hi - lo) / 2.0;
+            let f32_half_ulp = (mid.abs().max(1e-45) * 2f64.powi(-25)).max(2f64.powi(-150));
+            let tiny = f32_half_ulp * ((next() % 1000) as f64 + 1.0) / 1001.0;
+            let frac = (next() >> 11) as f64 / (1u64 << 53) as f64;
+            let sign = if next() % 2 == 0 { 1.0 } else { -1.0 };
+            out.extend([mid, mid + tiny, mid - tiny, lo + (hi - lo) * frac].map(|x| sign * x));
+        }
+        let (max, top) = (vals[vals.len() - 1].0, vals[vals.len() - 2].0);
+        let edge = max + (max - top) / 2.0;
+        out.extend([edge, edge * (1.0 + 1e-12), edge * (1.0 - 1e-12), -edge, 1e300, -1e300, 1e-300, -1e-300, 0.0]);
+        out
+    }
+
+    fn check_narrowing<T: Element>(width: u32, from_bits: impl Fn(u32) -> T, inf: bool) {
+        let vals = finite_values(width, from_bits);
+        let (mut wrong, mut twice_wrong) = (0, 0);
+        for v in probes(&vals, width as u64 * 7 + inf as u64) {
+            let want = nearest(v, &vals, inf);
+            let got = T::from_f64(v).to_f64();
+            if got.to_bits() != want.to_bits() && !(got == 0.0 && want == 0.0) {
+                wrong += 1;
+                if wrong < 5 {
+                    eprintln!("{:?}: {v:e} -> {got:e}, nearest is {want:e}", T::DTYPE);
+                }
+            }
+            // The same probes catch two roundings (through a plain `as f32`).
+            let twice = T::from_f32(v as f32).to_f64();
+            twice_wrong += (twice.to_bits() != want.to_bits() && !(twice == 0.0 && want == 0.0)) as usize;
+        }
+        assert_eq!(wrong, 0, "{:?}: {wrong} values not rounded once to nearest", T::DTYPE);
+        assert!(twice_wrong > 0, "{:?}: the probes do not catch a double rounding", T::DTYPE);
+    }
+
+    #[test]
+    fn f16_from_f64_rounds_once_to_nearest() {
+        check_narrowing::<f16>(16, |b| f16::from_bits(b as u16), true);
+    }
+
+    #[test]
+    fn bf16_from_f64_rounds_once_to_nearest() {
+        check_narrowing::<bf16>(16, |b| bf16::from_bits(b as u16), true);
+    }
+
+    #[test]
+    fn fp8_from_f64_rounds_once_to_nearest_and_saturates() {
+        check_narrowing::<float8::F8E4M3>(8, |b| float8::F8E4M3::from_bits(b as u8), false);
+        check_narrowing::<float8::F8E5M2>(8, |b| float8::F8E5M2::from_bits(b as u8), false);
+    }
+
+    #[test]
+    fn round_odd_keeps_the_sticky_bit() {
+        // 1 + 2^-30 is not an f32: towards zero is 1.0, made odd.
+        assert_eq!(f64_to_f32_round_odd(1.0 + 2f64.powi(-30)).to_bits(), 1f32.to_bits() | 1);
+        assert_eq!(f64_to_f32_round_odd(-(1.0 + 2f64.powi(-30))).to_bits(), (-1f32).to_bits() | 1);
+        // Exact values are kept, NaN stays NaN, beyond f32: f32::MAX (odd), tiny: the smallest subnormal.
+        assert_eq!(f64_to_f32_round_odd(0.75), 0.75);
+        assert!(f64_to_f32_round_odd(f64::NAN).is_nan());
+        assert_eq!(f64_to_f32_round_odd(1e300), f32::MAX);
+        assert_eq!(f64_to_f32_round_odd(-1e-300).to_bits(), 0x8000_0001);
+        // Nearest would round up to 1 + 2^-23 here; towards zero then odd gives the same f32 bits + 1.
+        let v = 1.0 + 2f64.powi(-23) - 2f64.powi(-40);
+        assert_eq!(f64_to_f32_round_odd(v).to_bits(), 1f32.to_bits() | 1);
+        // The near-tie gpu-check met (a ball projection, f16): x s = 6.15501394348539e-3 lies just
+        // below the midpoint of 0.0061531067 and 0.0061569214; through a plain f32 it rounded up.
+        assert_eq!(<f16 as Element>::from_f64(-6.15501394348539e-3).to_f64(), -0.006_153_106_689_453_125);
+        // Just past the bf16 midpoint of 1 and 1 + 2^-7: dropping the low 32 bits made it a tie (to 1).
+        assert_eq!(<bf16 as Element>::from_f64(1.00390625 + 2f64.powi(-40)).to_f64(), 1.0078125);
     }
 
     #[test]

@@ -18,8 +18,8 @@ fn accum_round(accum: Accum, v: f64) -> f64 {
     match accum {
         Accum::F64 => v,
         Accum::F32 => v as f32 as f64,
-        Accum::PureF16 => f16::from_f64(v).to_f64(),
-        Accum::PureBf16 => bf16::from_f64(v).to_f64(),
+        Accum::PureF16 => <f16 as Element>::from_f64(v).to_f64(),
+        Accum::PureBf16 => <bf16 as Element>::from_f64(v).to_f64(),
     }
 }
 

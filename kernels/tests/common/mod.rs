@@ -16,7 +16,7 @@ pub trait H: Half16 + PartialEq + std::fmt::Debug {
 impl H for f16 {
     const DT: DType = DType::F16;
     fn from64(v: f64) -> Self {
-        f16::from_f64(v)
+        <f16 as normlab_norms::Element>::from_f64(v)
     }
     fn to64(self) -> f64 {
         self.to_f64()
@@ -25,7 +25,7 @@ impl H for f16 {
 impl H for bf16 {
     const DT: DType = DType::BF16;
     fn from64(v: f64) -> Self {
-        bf16::from_f64(v)
+        <bf16 as normlab_norms::Element>::from_f64(v)
     }
     fn to64(self) -> f64 {
         self.to_f64()
