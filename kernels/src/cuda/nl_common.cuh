@@ -103,6 +103,16 @@ __device__ __forceinline__ void store16(P* p, uint4 v) {
 #endif
 }
 
+/// Hint that the 128-byte line holding `p` will be read soon: the GPU starts fetching it into L2
+/// (prefetch.global.L2) and the thread goes on. No effect on any value; nothing on the emulator.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#ifdef SIMT_CPU
+  (void)p;
+#else
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 // ------------------------------------------------------------------ groups (warp or block)
 /// A row's processing group: one warp (BLOCK = false) or the whole block (BLOCK = true).
 template <bool BLOCK>
