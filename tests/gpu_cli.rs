@@ -95,3 +95,34 @@ fn device_flag_misuse_is_refused_by_name() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tpu"));
 }
+
+#[test]
+fn precompile_fills_the_kernel_cache_without_a_gpu() {
+    // A value that is no compute capability is refused by name in every build.
+    let out = normlab(&["gpu-check", "--precompile", "ninety"], &[]);
+    assert_clean_failure(&out, &["'ninety'"], "gpu-check --precompile ninety");
+    let dir = std::env::temp_dir().join(format!("normlab-precompile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env = [("NORMLAB_PTX_CACHE", dir.to_str().unwrap())];
+    let out = normlab(&["gpu-check", "--precompile", "sm_80", "--json"], &env);
+    if !out.status.success() {
+        // No GPU runtime, or no NVRTC / headers here: a clean, named failure (no driver needed).
+        let mut reasons = no_gpu_reasons().to_vec();
+        reasons.retain(|r| *r != "no CUDA driver" && *r != "no CUDA device");
+        assert_clean_failure(&out, &reasons, "gpu-check --precompile sm_80");
+        return;
+    }
+    let infos = |out: &Output| -> Vec<serde_json::Value> { serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).expect("JSON list") };
+    let first = infos(&out);
+    let modules: Vec<&str> = first.iter().map(|i| i["module"].as_str().unwrap()).collect();
+    assert_eq!(modules, ["rownorm", "residual", "batchnorm", "project", "copy"]);
+    for i in &first {
+        assert_eq!((i["target"].as_str(), i["kind"].as_str(), i["origin"].as_str()), (Some("sm_80"), Some("cubin"), Some("compiled")), "{i}");
+        let file = std::path::PathBuf::from(i["cache_file"].as_str().unwrap());
+        assert!(file.starts_with(&dir) && file.metadata().unwrap().len() > 1000, "{i}");
+    }
+    // A second process finds every image on disk, as a GPU machine given the cache would.
+    let second = infos(&normlab(&["gpu-check", "--precompile", "8.0", "--json"], &env));
+    assert!(second.iter().all(|i| i["origin"] == "disk"), "{second:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,10 +1,12 @@
-//! `normlab gpu-check [--json] [--quick] [--gpu N]`: every row kernel, the forward variants, the
+//! `normlab gpu-check [--json] [--quick] [--gpu N] [--precompile ARCH]`: every row kernel, the forward variants, the
 //! fused nGPT/anGPT residual updates, every batch-norm sequence and the fused weight projections
 //! on the GPU against the f64 reference (the projections: against `normlab_norms::weight`) over
 //! many shapes (`crate::gpu::check`, `crate::gpu::check_updates`, `crate::gpu::check_batch`,
 //! `crate::gpu::check_project`), as tables of max ulp errors per kernel and shape. Exits 1 when a
 //! case exceeds its bound, and, with the reason, when there is
-//! no GPU runtime (built without `cuda`), no driver, no device or no NVRTC.
+//! no GPU runtime (built without `cuda`), no driver, no device or no NVRTC. `--precompile ARCH`
+//! instead fills the kernel cache for that compute capability (`crate::gpu::module::precompile`),
+//! with NVRTC and no GPU.
 
 use clap::Args;
 
@@ -24,12 +26,59 @@ pub struct GpuCheckArgs {
     /// The CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
+    /// Compile every kernel module for this compute capability (`sm_90`, `90` or `9.0`) into the
+    /// kernel cache and exit, checking nothing: needs NVRTC but no GPU or driver. A GPU machine
+    /// given the cache (NORMLAB_PTX_CACHE) then skips the compile at first use.
+    #[arg(long, value_name = "ARCH")]
+    pub precompile: Option<String>,
+}
+
+/// `sm_90`, `90` or `9.0` as (major, minor).
+pub fn parse_arch(v: &str) -> Result<(i32, i32), CliError> {
+    let bad = |why: &str| CliError::InvalidArg { flag: "--precompile", value: v.to_string(), why: why.to_string() };
+    let t = v.trim().trim_start_matches("sm_").trim_start_matches("compute_");
+    let (major, minor) = match t.split_once('.') {
+        Some((a, b)) => (a.parse::<i32>().map_err(|_| bad("expected sm_XY, XY or X.Y"))?, b.parse::<i32>().map_err(|_| bad("expected sm_XY, XY or X.Y"))?),
+        None => {
+            let a = t.parse::<i32>().map_err(|_| bad("expected sm_XY, XY or X.Y"))?;
+            (a / 10, a % 10)
+        }
+    };
+    if !(1..=99).contains(&major) || !(0..=9).contains(&minor) {
+        return Err(bad("not a compute capability"));
+    }
+    Ok((major, minor))
 }
 
 #[cfg(not(feature = "cuda"))]
 pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
-    let _ = args;
+    if let Some(a) = &args.precompile {
+        parse_arch(a)?;
+    }
     Err(crate::gpu::GpuError::NotBuilt.into())
+}
+
+/// `--precompile`: every module's image for `arch`, as a table or JSON.
+#[cfg(feature = "cuda")]
+fn precompile(arch: &str, json: bool) -> Result<(), CliError> {
+    use crate::cli::output::{print, print_json};
+    use crate::gpu::module::precompile;
+    let (major, minor) = parse_arch(arch)?;
+    let sources = [&crate::gpu::rows::ROWNORM, &crate::gpu::updates::RESIDUAL, &crate::gpu::batch::BATCHNORM, &crate::gpu::project::PROJECT, &crate::gpu::copy::COPY];
+    let mut infos = Vec::new();
+    for src in sources {
+        let t = std::time::Instant::now();
+        let info = precompile(src, major, minor)?;
+        if !json {
+            let file = info.cache_file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(no disk cache)".into());
+            print(&format!("{:10} {:11} {:5} {:8} {:6.1} s  {}\n", info.module, info.target, info.kind, info.origin, t.elapsed().as_secs_f64(), file))?;
+        }
+        infos.push(info);
+    }
+    if json {
+        print_json(&infos)?;
+    }
+    Ok(())
 }
 
 #[cfg(feature = "cuda")]
@@ -40,6 +89,9 @@ pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
     use crate::gpu::check::{render, run, total_cases};
     use crate::gpu::GpuError;
 
+    if let Some(arch) = &args.precompile {
+        return precompile(arch, args.json);
+    }
     let bar = ProgressBar::new(total_cases(args.quick) as u64);
     bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let report = run(args.gpu, args.quick, &mut |i, _, label| {
@@ -57,4 +109,22 @@ pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
         return Err(GpuError::CheckFailed { failed: report.failed, total: report.total }.into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_arch;
+
+    #[test]
+    fn arch_spellings_and_typed_errors() {
+        assert_eq!(parse_arch("sm_90").unwrap(), (9, 0));
+        assert_eq!(parse_arch("86").unwrap(), (8, 6));
+        assert_eq!(parse_arch("12.0").unwrap(), (12, 0));
+        assert_eq!(parse_arch("120").unwrap(), (12, 0));
+        assert_eq!(parse_arch("compute_80").unwrap(), (8, 0));
+        for bad in ["", "sm_", "ninety", "9.x", "0", "9.12"] {
+            let e = parse_arch(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("'{bad}'")) && e.contains("--precompile"), "{e}");
+        }
+    }
 }

@@ -47,9 +47,12 @@ pub struct Source {
     pub needs_headers: bool,
 }
 
-/// Compile `src` for the device of `ctx` (cached) and load it.
-pub fn load(ctx: &Arc<CudaContext>, src: &Source) -> Result<(Arc<CudaModule>, ImageInfo)> {
-    let (major, minor) = ctx.compute_capability().map_err(GpuError::driver("cuDeviceGetAttribute(compute capability)"))?;
+/// The image of `src` for a device of compute capability `major.minor`, through the image
+/// caches (memory, disk, then NVRTC): the target ([`nvrtc::target_for`]), the options with the
+/// architecture and the header directory, and the cache key all depend on that capability and
+/// on nothing else of the device, so an image compiled here without a GPU (see [`precompile`])
+/// is the one a device of that capability later finds on disk.
+fn image_for(src: &Source, major: i32, minor: i32) -> Result<(Arc<[u8]>, ImageInfo, ImageKind)> {
     let version = nvrtc::version()?;
     let (arch, kind) = nvrtc::target_for(major, minor, &nvrtc::supported_archs()?)?;
     let mut options: Vec<String> = src.options.iter().map(|s| s.to_string()).collect();
@@ -63,11 +66,6 @@ pub fn load(ctx: &Arc<CudaContext>, src: &Source) -> Result<(Arc<CudaModule>, Im
         || nvrtc::compile(src.text, src.file_name, &options, kind, &arch),
         |path, e| eprintln!("warning: could not write the kernel cache entry {}: {e} (the kernels will be recompiled next time)", path.display()),
     )?;
-    let ptx = match kind {
-        ImageKind::Cubin => Ptx::from_binary(image.to_vec()),
-        ImageKind::Ptx => Ptx::from_src(String::from_utf8_lossy(&image).into_owned()),
-    };
-    let module = ctx.load_module(ptx).map_err(GpuError::driver("cuModuleLoadData"))?;
     let info = ImageInfo {
         module: src.module.to_string(),
         target: arch,
@@ -81,7 +79,26 @@ pub fn load(ctx: &Arc<CudaContext>, src: &Source) -> Result<(Arc<CudaModule>, Im
         nvrtc_version: version,
         cache_file: images().disk().map(|d| d.path(&key)),
     };
+    Ok((image, info, kind))
+}
+
+/// Compile `src` for the device of `ctx` (cached) and load it.
+pub fn load(ctx: &Arc<CudaContext>, src: &Source) -> Result<(Arc<CudaModule>, ImageInfo)> {
+    let (major, minor) = ctx.compute_capability().map_err(GpuError::driver("cuDeviceGetAttribute(compute capability)"))?;
+    let (image, info, kind) = image_for(src, major, minor)?;
+    let ptx = match kind {
+        ImageKind::Cubin => Ptx::from_binary(image.to_vec()),
+        ImageKind::Ptx => Ptx::from_src(String::from_utf8_lossy(&image).into_owned()),
+    };
+    let module = ctx.load_module(ptx).map_err(GpuError::driver("cuModuleLoadData"))?;
     Ok((module, info))
+}
+
+/// Compile `src` for devices of compute capability `major.minor` into the image caches without
+/// a GPU or driver (`normlab gpu-check --precompile`): a GPU machine given the disk cache then
+/// loads the image instead of running NVRTC at first use (minutes for the row kernels).
+pub fn precompile(src: &Source, major: i32, minor: i32) -> Result<ImageInfo> {
+    image_for(src, major, minor).map(|(_, info, _)| info)
 }
 
 /// Dynamic shared memory a kernel may use without opting in.
