@@ -63,18 +63,34 @@ pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
 fn precompile(arch: &str, json: bool) -> Result<(), CliError> {
     use crate::cli::output::{print, print_json};
     use crate::gpu::module::precompile;
+    use indicatif::{ProgressBar, ProgressStyle};
     let (major, minor) = parse_arch(arch)?;
     let sources = [&crate::gpu::rows::ROWNORM, &crate::gpu::updates::RESIDUAL, &crate::gpu::batch::BATCHNORM, &crate::gpu::project::PROJECT, &crate::gpu::copy::COPY];
+    // The row kernels alone take about a minute: a bar on stderr (drawn only on a terminal).
+    let bar = ProgressBar::new(sources.len() as u64);
+    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.enable_steady_tick(std::time::Duration::from_millis(250));
     let mut infos = Vec::new();
     for src in sources {
+        bar.set_message(format!("compiling {} for compute capability {major}.{minor}", src.module));
         let t = std::time::Instant::now();
-        let info = precompile(src, major, minor)?;
+        let info = precompile(src, major, minor);
+        bar.inc(1);
+        let info = match info {
+            Ok(info) => info,
+            Err(e) => {
+                bar.finish_and_clear();
+                return Err(e.into());
+            }
+        };
         if !json {
             let file = info.cache_file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(no disk cache)".into());
-            print(&format!("{:10} {:11} {:5} {:8} {:6.1} s  {}\n", info.module, info.target, info.kind, info.origin, t.elapsed().as_secs_f64(), file))?;
+            let line = format!("{:10} {:11} {:5} {:8} {:6.1} s  {}", info.module, info.target, info.kind, info.origin, t.elapsed().as_secs_f64(), file);
+            bar.suspend(|| print(&line))?;
         }
         infos.push(info);
     }
+    bar.finish_and_clear();
     if json {
         print_json(&infos)?;
     }

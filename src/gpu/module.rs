@@ -96,7 +96,7 @@ pub fn load(ctx: &Arc<CudaContext>, src: &Source) -> Result<(Arc<CudaModule>, Im
 
 /// Compile `src` for devices of compute capability `major.minor` into the image caches without
 /// a GPU or driver (`normlab gpu-check --precompile`): a GPU machine given the disk cache then
-/// loads the image instead of running NVRTC at first use (minutes for the row kernels).
+/// loads the image instead of running NVRTC at first use (about a minute for the row kernels).
 pub fn precompile(src: &Source, major: i32, minor: i32) -> Result<ImageInfo> {
     image_for(src, major, minor).map(|(_, info, _)| info)
 }
