@@ -396,13 +396,7 @@ mod tests {
     /// threshold and the subnormal range.
     fn probes(vals: &[(f64, u32)], seed: u64) -> Vec<f64> {
         let mut s = seed;
-        let mut next = || {
-            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let mut next = || crate::nu::rng::splitmix64(&mut s);
         let mut out = Vec::new();
         for _ in 0..20_000 {
             let i = (next() % (vals.len() as u64 - 1)) as usize;

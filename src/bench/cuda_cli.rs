@@ -28,8 +28,6 @@ pub fn run(args: CudaBenchArgs) -> Result<(), CliError> {
 
 #[cfg(feature = "cuda")]
 pub fn run(args: CudaBenchArgs) -> Result<(), CliError> {
-    use indicatif::{ProgressBar, ProgressStyle};
-
     use crate::bench::cuda::{case_count, render, run, CudaBenchConfig};
     use crate::cli::output::{print, print_json};
 
@@ -40,8 +38,7 @@ pub fn run(args: CudaBenchArgs) -> Result<(), CliError> {
         }
         cfg.reps = r;
     }
-    let bar = ProgressBar::new(case_count() as u64 + 1);
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let bar = crate::cli::output::step_bar(case_count() as u64 + 1);
     let mut started = false;
     let report = run(&cfg, &mut |label| {
         if started {

@@ -4,7 +4,7 @@
 //! JSON schema).
 
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::bench::cases::{kind_spec, BenchDType, Shape, DEFAULT_TOPK_K, KIND_NAMES};
 use crate::bench::report::render_text;
@@ -198,11 +198,7 @@ pub fn config(args: &NormsArgs) -> Result<BenchConfig, CliError> {
 
 fn run_norms(args: NormsArgs) -> Result<(), CliError> {
     let cfg = config(&args)?;
-    // Draws on stderr only when it is a terminal (indicatif hides it otherwise).
-    let bar = ProgressBar::new(cfg.steps());
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::cli::output::step_bar(cfg.steps());
     let mut started = false;
     let report = run_bench(&cfg, &mut |label| {
         // Called before each step: count the previous one as done.

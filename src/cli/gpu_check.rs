@@ -61,28 +61,19 @@ pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
 /// `--precompile`: every module's image for `arch`, as a table or JSON.
 #[cfg(feature = "cuda")]
 fn precompile(arch: &str, json: bool) -> Result<(), CliError> {
-    use crate::cli::output::{print, print_json};
+    use crate::cli::output::{print, print_json, step_bar};
     use crate::gpu::module::precompile;
-    use indicatif::{ProgressBar, ProgressStyle};
     let (major, minor) = parse_arch(arch)?;
     let sources = [&crate::gpu::rows::ROWNORM, &crate::gpu::updates::RESIDUAL, &crate::gpu::batch::BATCHNORM, &crate::gpu::project::PROJECT, &crate::gpu::copy::COPY];
-    // The row kernels alone take about a minute: a bar on stderr (drawn only on a terminal).
-    let bar = ProgressBar::new(sources.len() as u64);
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    // The row kernels alone take about a minute.
+    let bar = step_bar(sources.len() as u64);
     bar.enable_steady_tick(std::time::Duration::from_millis(250));
     let mut infos = Vec::new();
     for src in sources {
         bar.set_message(format!("compiling {} for compute capability {major}.{minor}", src.module));
         let t = std::time::Instant::now();
-        let info = precompile(src, major, minor);
+        let info = precompile(src, major, minor).inspect_err(|_| bar.finish_and_clear())?;
         bar.inc(1);
-        let info = match info {
-            Ok(info) => info,
-            Err(e) => {
-                bar.finish_and_clear();
-                return Err(e.into());
-            }
-        };
         if !json {
             let file = info.cache_file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(no disk cache)".into());
             let line = format!("{:10} {:11} {:5} {:8} {:6.1} s  {}", info.module, info.target, info.kind, info.origin, t.elapsed().as_secs_f64(), file);
@@ -99,17 +90,14 @@ fn precompile(arch: &str, json: bool) -> Result<(), CliError> {
 
 #[cfg(feature = "cuda")]
 pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
-    use indicatif::{ProgressBar, ProgressStyle};
-
-    use crate::cli::output::{print, print_json};
+    use crate::cli::output::{print, print_json, step_bar};
     use crate::gpu::check::{render, run, total_cases};
     use crate::gpu::GpuError;
 
     if let Some(arch) = &args.precompile {
         return precompile(arch, args.json);
     }
-    let bar = ProgressBar::new(total_cases(args.quick) as u64);
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let bar = step_bar(total_cases(args.quick) as u64);
     let report = run(args.gpu, args.quick, &mut |i, _, label| {
         bar.set_position(i as u64);
         bar.set_message(label.to_string());

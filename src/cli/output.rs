@@ -15,6 +15,17 @@ pub fn print(text: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The step bar of the long commands (bench, gpu-check): elapsed time, bar, count, message, on
+/// stderr, drawn only when stderr is a terminal (indicatif hides it otherwise).
+pub fn step_bar(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
 /// Pretty JSON of `value` on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
     print(&serde_json::to_string_pretty(value)?)
