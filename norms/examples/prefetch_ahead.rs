@@ -1,21 +1,24 @@
-//! What the store pass's prefetch of the row ahead brings (`row::PREFETCH_AHEAD`): each case
-//! timed with it on and off, alternating run by run in one process, so that both medians come
-//! from the same stretch of this shared machine's load. Gaussian inputs, a weight, accum f32,
-//! all threads.
+//! What the fused forward's prefetches bring: the store pass's prefetch of the row ahead
+//! (`row::PREFETCH_AHEAD`, switch `ahead`) or the lines a row asks for before its store pass
+//! (`row::EARLY_LINES`, switch `early`). Each case is timed with the switch on and off,
+//! alternating run by run in one process, so that both medians come from the same stretch of
+//! this shared machine's load. Gaussian inputs, a weight, accum f32, all threads.
 //!
 //! ```text
 //! cargo run --release -p normlab-norms --example prefetch_ahead -- 60 4096x1024,16384x4096 f32,f16,bf16 rms,layer,topk
+//! cargo run --release -p normlab-norms --example prefetch_ahead -- 500 4096x1024 f32 rms,topk early
 //! ```
 //!
-//! Arguments: runs per setting, shapes, dtypes, kinds (comma-separated). Prints the medians and
-//! their ratio (off / on: above 1, the prefetch helps).
+//! Arguments: runs per setting, shapes, dtypes, kinds (comma-separated), and optionally the
+//! switch (`ahead`, the default, or `early`). Prints the medians and their ratio (off / on:
+//! above 1, the prefetch helps).
 mod common;
 use common::gaussian;
 use normlab_norms::{bf16, f16, row, Accum, Element, NormSpec, RowStats};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
+fn run<T: Element>(switch: &AtomicBool, name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
     let spec = NormSpec::new(common::kind(kind, 8), 1e-5);
     let x: Vec<T> = gaussian(rows * n).into_iter().map(T::from_f64).collect();
     let w: Vec<T> = common::weight(n);
@@ -24,7 +27,7 @@ fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
     let mut t = [Vec::new(), Vec::new()];
     for r in 0..reps * 2 + 4 {
         let on = r % 2 == 0;
-        row::PREFETCH_AHEAD.store(on, Ordering::Relaxed);
+        switch.store(on, Ordering::Relaxed);
         let t0 = Instant::now();
         row::forward(&spec, Accum::F32, &x, n, Some(&w), None, &mut y, Some(&mut st)).unwrap();
         let dt = t0.elapsed().as_secs_f64() * 1e3;
@@ -32,16 +35,25 @@ fn run<T: Element>(name: &str, kind: &str, rows: usize, n: usize, reps: usize) {
             t[on as usize].push(dt);
         }
     }
+    switch.store(true, Ordering::Relaxed);
     let (on, off) = (common::min_median(&mut t[1]).1, common::min_median(&mut t[0]).1);
     println!("{rows}x{n} {name:4} {kind:7} prefetch {on:.3} ms  none {off:.3} ms  off/on {:.3}", off / on);
 }
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    if a.len() != 5 {
-        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
+    if a.len() != 5 && a.len() != 6 {
+        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS [ahead|early]  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
         std::process::exit(2);
     }
+    let switch = match a.get(5).map(String::as_str) {
+        None | Some("ahead") => &row::PREFETCH_AHEAD,
+        Some("early") => &row::EARLY_LINES,
+        Some(other) => {
+            eprintln!("unknown switch {other} (ahead, early)");
+            std::process::exit(2);
+        }
+    };
     let reps: usize = a[1].parse().expect("RUNS");
     for shape in a[2].split(',') {
         let (rows, n) = shape.split_once('x').expect("shape ROWSxN");
@@ -49,9 +61,9 @@ fn main() {
         for d in a[3].split(',') {
             for k in a[4].split(',') {
                 match d {
-                    "f32" => run::<f32>(d, k, rows, n, reps),
-                    "f16" => run::<f16>(d, k, rows, n, reps),
-                    "bf16" => run::<bf16>(d, k, rows, n, reps),
+                    "f32" => run::<f32>(switch, d, k, rows, n, reps),
+                    "f16" => run::<f16>(switch, d, k, rows, n, reps),
+                    "bf16" => run::<bf16>(switch, d, k, rows, n, reps),
                     other => panic!("unknown dtype {other}"),
                 }
             }

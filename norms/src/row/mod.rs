@@ -100,6 +100,12 @@ pub(crate) fn ctx<A: Real>(spec: &NormSpec, n: usize) -> Result<RowCtx<A>> {
 #[doc(hidden)]
 pub static PREFETCH_AHEAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether the fused forward's rows ask for lines before their store pass (`fused::EarlyLines`:
+/// f32 output lines for writing, and Top-k's row ahead during its selection). On; a switch
+/// only so that `examples/prefetch_ahead.rs` can measure what it brings.
+#[doc(hidden)]
+pub static EARLY_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether a forward that reads and writes `bytes` in all (input plus output) should write
 /// around the caches: when they do not fit in the last-level cache together, the output's lines
 /// are evicted before anyone reads them, and a normal store first reads every destination line

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{bound_before_difference, rows_at, Level, IN_REGISTERS, RESCUED};
+use super::{bound_before_difference, rows_at, EarlyLines, Level, IN_REGISTERS, RESCUED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -447,4 +447,26 @@ fn top_k_bound_before_difference_keeps_every_candidate() {
         }
         assert!(checked > least, "seed {seed}: {checked} values checked");
     }
+}
+
+#[test]
+fn early_lines_only_for_four_byte_rows_within_the_row() {
+    let spec = NormSpec::new(NormKind::TopK { k: 8 }, 1e-5);
+    let ctx = crate::row::ctx::<f32>(&spec, 1024).unwrap();
+    let streamed = RowCtx { stream_output: true, ..ctx };
+    let ahead = std::ptr::null();
+    let counts = |l: EarlyLines| (l.ahead_lines, l.out_lines);
+    // f32 rows of 1024 (64 lines): capped at 16 lines ahead and 32 output lines.
+    let y = vec![0f32; 1024];
+    assert_eq!(counts(EarlyLines::new(&ctx, &y, ahead, true)), (EarlyLines::AHEAD_LINES, EarlyLines::OUT_LINES));
+    assert_eq!((EarlyLines::AHEAD_LINES, EarlyLines::OUT_LINES), (16, 32));
+    // Streamed output: no output line pulled into the caches; switched off: nothing.
+    assert_eq!(counts(EarlyLines::new(&streamed, &y, ahead, true)), (16, 0));
+    assert_eq!(counts(EarlyLines::new(&ctx, &y, ahead, false)), (0, 0));
+    // Short rows: whole lines of the row only (100 f32 = 400 bytes: 6 lines; 15 f32: none).
+    assert_eq!(counts(EarlyLines::new(&ctx, &y[..100], ahead, true)), (6, 6));
+    assert_eq!(counts(EarlyLines::new(&ctx, &y[..15], ahead, true)), (0, 0));
+    // 16-bit rows ask for nothing.
+    assert_eq!(counts(EarlyLines::new(&ctx, &vec![f16::ZERO; 4096], ahead, true)), (0, 0));
+    assert_eq!(counts(EarlyLines::new(&ctx, &vec![bf16::ZERO; 4096], ahead, true)), (0, 0));
 }
