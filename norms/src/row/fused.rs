@@ -437,9 +437,9 @@ unsafe fn row<V: F32x16, S: Storage>(
 /// their instructions (f16 and bf16 0.92-1.03 with the output lines asked for), and streamed
 /// rows (`stream_output`) must not pull their output lines into the caches. Measured with
 /// `examples/prefetch_ahead.rs ... early` (alternating in one process, time without over time
-/// with, medians of 500 runs; AVX-512 guest, not measured on the AVX2 host), f32 4096x1024,
-/// five runs each: Top-k 1.09-1.14, RMSNorm 1.03-1.20, unit norm 0.94-1.10 (four of five
-/// above 1.06). Before, with temporary switches: the row ahead's lines alone gave Top-k
+/// with, medians of 500 runs; AVX-512 guest, not measured on the AVX2 host), f32 4096x1024:
+/// Top-k 1.09-1.14 (five runs), RMSNorm 1.03-1.20 and unit norm 0.94-1.10 (four runs, three
+/// of them above 1.06). Before, with temporary switches: the row ahead's lines alone gave Top-k
 /// 1.03-1.07.
 #[derive(Clone, Copy)]
 struct EarlyLines {
@@ -460,9 +460,10 @@ impl EarlyLines {
     const OUT_LINES: usize = 32;
 
     /// Whether rows of `S` ask for lines: 4-byte storage. Known when compiling, so the callers
-    /// test it first and the 16-bit rows' code has no trace of the requests (their Top-k
-    /// forwards were 5-15% slower in four full benchmark runs with the requests compiled in and
-    /// skipped at run time).
+    /// test it first and the 16-bit rows' code has no trace of the requests. (With the requests
+    /// compiled in and skipped at run time, 16-bit Top-k measured 5-15% slower than before in
+    /// four full benchmark runs; whether the code or the machine's load caused it is not known:
+    /// a one-thread comparison of the builds was too noisy to tell.)
     #[inline(always)]
     const fn applies_to<S>() -> bool {
         std::mem::size_of::<S>() == 4
