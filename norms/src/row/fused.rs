@@ -61,12 +61,16 @@ pub(crate) enum Level {
     Avx2,
     /// One AVX-512 register per 16 lanes (AVX-512F, plus the AVX2 set).
     Avx512,
+    /// [`Level::Avx512`], and bf16 rows rounded by the AVX512_BF16 instruction
+    /// (`simd::avx512::Avx512Bf16`; the CPU also has AVX512DQ). f32 and f16 rows run
+    /// [`Level::Avx512`]'s code.
+    Avx512Bf16,
 }
 
 impl Level {
     /// The best level this CPU supports, or the one named by `NORMLAB_CPU_SIMD` (`avx512`,
     /// `avx2`, `generic`) when the CPU supports that one: for comparing the implementations on
-    /// the same machine. Detected once.
+    /// the same machine (`avx512` is AVX-512 without the AVX512_BF16 rounding). Detected once.
     pub(crate) fn detect() -> Level {
         use std::sync::OnceLock;
         static LEVEL: OnceLock<Level> = OnceLock::new();
@@ -75,6 +79,7 @@ impl Level {
             match std::env::var("NORMLAB_CPU_SIMD").ok().as_deref().map(str::trim) {
                 Some("generic") => Level::Generic,
                 Some("avx2") if best != Level::Generic => Level::Avx2,
+                Some("avx512") if best == Level::Avx512Bf16 => Level::Avx512,
                 _ => best,
             }
         })
@@ -84,7 +89,14 @@ impl Level {
         #[cfg(target_arch = "x86_64")]
         {
             if super::has_avx2() {
-                return if is_x86_feature_detected!("avx512f") { Level::Avx512 } else { Level::Avx2 };
+                if !is_x86_feature_detected!("avx512f") {
+                    return Level::Avx2;
+                }
+                return if is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512dq") {
+                    Level::Avx512Bf16
+                } else {
+                    Level::Avx512
+                };
             }
         }
         Level::Generic
@@ -174,6 +186,12 @@ pub(crate) fn rows_at<S: Storage>(
         ) -> Counters {
             rows::<super::simd::avx512::Avx512, S>(&with_kind::<KIND>(ctx), xc, yc, sc, w, b, scr)
         }
+        #[target_feature(enable = "avx512f,avx512bf16,avx512dq,avx2,fma,f16c,popcnt")]
+        unsafe fn avx512_bf16<S: Storage, const KIND: u8>(
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+        ) -> Counters {
+            rows::<super::simd::avx512::Avx512Bf16, S>(&with_kind::<KIND>(ctx), xc, yc, sc, w, b, scr)
+        }
         // One function per kind and level: each holds only its kind's passes, so that the
         // register allocation of one kind's loops does not depend on the others' code (in one
         // function for all kinds, a change to Top-k's passes made L-inf's pass spill an
@@ -192,7 +210,8 @@ pub(crate) fn rows_at<S: Storage>(
         }
         match level {
             // SAFETY: the level's features were detected at run time.
-            Level::Avx512 => return unsafe { by_kind!(avx512) },
+            Level::Avx512Bf16 if same::<S, half::bf16>() => return unsafe { by_kind!(avx512_bf16) },
+            Level::Avx512 | Level::Avx512Bf16 => return unsafe { by_kind!(avx512) },
             Level::Avx2 => return unsafe { by_kind!(avx2) },
             Level::Generic => {}
         }

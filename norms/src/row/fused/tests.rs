@@ -23,6 +23,9 @@ fn levels() -> Vec<Level> {
             v.push(Level::Avx2);
             if is_x86_feature_detected!("avx512f") {
                 v.push(Level::Avx512);
+                if is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512dq") {
+                    v.push(Level::Avx512Bf16);
+                }
             }
         }
     }
@@ -205,6 +208,24 @@ fn fused_equals_generic_with_extreme_affine() {
             let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
             compare::<bf16>(&xb, n, &in_storage::<bf16>(&w), &in_storage::<bf16>(&b), label);
         }
+    }
+}
+
+/// Outputs that are f32 subnormals: bf16 holds them (its exponent range is f32's), and the
+/// AVX512_BF16 rounding reads them as zero, so the registers holding one must take the
+/// integer rounding (`simd::avx512::Avx512Bf16`). Tiny weights on some columns, and a row whose
+/// one huge value makes every other output tiny.
+#[test]
+fn fused_rounds_subnormal_outputs_like_generic() {
+    for n in [16usize, 40, 64, 1024] {
+        let mut rng = Rng(11 + n as u64);
+        let mut x: Vec<f64> = (0..4 * n).map(|_| rng.normal()).collect();
+        x[2 * n + 3] = 1e38;
+        let w: Vec<f64> = (0..n).map(|j| if j % 5 == 0 { 3e-39 } else if j % 7 == 0 { -1e-41 } else { 1.0 }).collect();
+        let b = vec![0.0; n];
+        let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+        compare::<bf16>(&xb, n, &in_storage::<bf16>(&w), &in_storage::<bf16>(&b), "subnormal outputs");
+        compare::<f32>(&x.iter().map(|&v| v as f32).collect::<Vec<_>>(), n, &in_storage::<f32>(&w), &in_storage::<f32>(&b), "subnormal outputs");
     }
 }
 

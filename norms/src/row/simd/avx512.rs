@@ -1,51 +1,67 @@
 //! [`F32x16`] as one AVX-512 register: the 16 lanes of the crate's reductions are exactly one
 //! `zmm`, so every operation is one instruction (half those of [`super::avx2::Avx2`]).
 //!
-//! Only AVX-512F is used. Every method is `#[inline(always)]`: it is only ever called from
-//! functions compiled with `#[target_feature(enable = "avx512f,avx2,fma,f16c")]`.
+//! Only AVX-512F is used, except by [`Avx512Bf16`]'s bf16 stores. Every method is
+//! `#[inline(always)]`: it is only ever called from functions compiled with
+//! `#[target_feature(enable = "avx512f,avx2,fma,f16c")]` (for [`Avx512Bf16`]'s bf16 stores,
+//! with `avx512bf16,avx512dq` too).
 
 use std::arch::x86_64::*;
 use std::ops::{Add, Mul, Sub};
 
 use super::{F32x16, Storage, W};
 
+/// One `zmm`. `BF16`: bf16 stores round by the AVX512_BF16 instruction ([`Avx512Bf16`]).
 #[derive(Clone, Copy)]
-pub(crate) struct Avx512(__m512);
+pub(crate) struct Avx512Regs<const BF16: bool>(__m512);
 
-impl Avx512 {
+/// [`Avx512Regs`] on AVX-512F alone.
+pub(crate) type Avx512 = Avx512Regs<false>;
+
+/// [`Avx512Regs`] whose bf16 stores round by `vcvtneps2bf16` (AVX512_BF16): one instruction
+/// for the five integer operations and the narrowing of [`bf16_bits_non_nan`], with NaN
+/// rounded as `convert::f32_to_bf16` rounds it (no separate NaN case). The instruction reads
+/// a subnormal as zero whatever MXCSR says, so a register holding one (`vfpclassps`,
+/// AVX512DQ) is rounded by the integer operations instead. Checked against
+/// `convert::f32_to_bf16` on all 2^32 f32 bit patterns on the AVX-512 guest of the README:
+/// equal on every one but the subnormals. A value of this type may only exist where the CPU
+/// has AVX512_BF16 and AVX512DQ as well as AVX-512F.
+pub(crate) type Avx512Bf16 = Avx512Regs<true>;
+
+impl<const BF16: bool> Avx512Regs<BF16> {
     /// The value of a register.
     /// # Safety
     /// AVX-512F available (module doc of simd).
     #[inline(always)]
     pub(super) unsafe fn from_register(v: __m512) -> Self {
-        Avx512(v)
+        Avx512Regs(v)
     }
 }
 
-impl Add for Avx512 {
+impl<const BF16: bool> Add for Avx512Regs<BF16> {
     type Output = Self;
     #[inline(always)]
     fn add(self, o: Self) -> Self {
         // SAFETY: a value of this type exists only where AVX-512F was detected (module doc of simd).
-        unsafe { Avx512(_mm512_add_ps(self.0, o.0)) }
+        unsafe { Avx512Regs(_mm512_add_ps(self.0, o.0)) }
     }
 }
 
-impl Sub for Avx512 {
+impl<const BF16: bool> Sub for Avx512Regs<BF16> {
     type Output = Self;
     #[inline(always)]
     fn sub(self, o: Self) -> Self {
         // SAFETY: as in `add`.
-        unsafe { Avx512(_mm512_sub_ps(self.0, o.0)) }
+        unsafe { Avx512Regs(_mm512_sub_ps(self.0, o.0)) }
     }
 }
 
-impl Mul for Avx512 {
+impl<const BF16: bool> Mul for Avx512Regs<BF16> {
     type Output = Self;
     #[inline(always)]
     fn mul(self, o: Self) -> Self {
         // SAFETY: as in `add`.
-        unsafe { Avx512(_mm512_mul_ps(self.0, o.0)) }
+        unsafe { Avx512Regs(_mm512_mul_ps(self.0, o.0)) }
     }
 }
 
@@ -67,24 +83,67 @@ unsafe fn bf16_bits(v: __m512) -> __m512i {
     _mm512_mask_blend_epi32(is_nan, bf16_bits_non_nan(v), nan)
 }
 
-impl F32x16 for Avx512 {
+/// The 16 bf16 values of `v`, rounded as [`bf16_bits`] rounds them (NaN included): by
+/// `vcvtneps2bf16` ([`Avx512Bf16`]), unless some lane is subnormal.
+/// # Safety
+/// The CPU has AVX512_BF16 and AVX512DQ (and AVX-512F).
+#[inline(always)]
+unsafe fn bf16_by_instruction(v: __m512) -> __m256i {
+    // 0x20: the class "denormal" of vfpclassps, either sign.
+    if _mm512_fpclass_ps_mask::<0x20>(v) != 0 {
+        return bf16_with_subnormals(v);
+    }
+    std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v))
+}
+
+/// [`bf16_bits`], narrowed: [`bf16_by_instruction`]'s path for registers holding a
+/// subnormal, out of its loop's way.
+#[cold]
+#[inline(never)]
+#[target_feature(enable = "avx512f")]
+unsafe fn bf16_with_subnormals(v: __m512) -> __m256i {
+    _mm512_cvtepi32_epi16(bf16_bits(v))
+}
+
+impl<const BF16: bool> Avx512Regs<BF16> {
+    /// The 16 bf16 values, rounded as `convert::f32_to_bf16` rounds them.
+    #[inline(always)]
+    unsafe fn bf16(self) -> __m256i {
+        if BF16 {
+            bf16_by_instruction(self.0)
+        } else {
+            _mm512_cvtepi32_epi16(bf16_bits(self.0))
+        }
+    }
+    /// [`Avx512Regs::bf16`] for the lanes that are not NaN (the others are garbage).
+    #[inline(always)]
+    unsafe fn bf16_non_nan(self) -> __m256i {
+        if BF16 {
+            bf16_by_instruction(self.0)
+        } else {
+            _mm512_cvtepi32_epi16(bf16_bits_non_nan(self.0))
+        }
+    }
+}
+
+impl<const BF16: bool> F32x16 for Avx512Regs<BF16> {
     const AVX512: bool = true;
     #[inline(always)]
     unsafe fn splat(v: f32) -> Self {
-        Avx512(_mm512_set1_ps(v))
+        Avx512Regs(_mm512_set1_ps(v))
     }
     #[inline(always)]
     unsafe fn load_f32(p: *const f32) -> Self {
-        Avx512(_mm512_loadu_ps(p))
+        Avx512Regs(_mm512_loadu_ps(p))
     }
     #[inline(always)]
     unsafe fn load_f16(p: *const u16) -> Self {
-        Avx512(_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)))
+        Avx512Regs(_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)))
     }
     #[inline(always)]
     unsafe fn load_bf16(p: *const u16) -> Self {
         let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
-        Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)))
+        Avx512Regs(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)))
     }
     #[inline(always)]
     unsafe fn store_f32(self, p: *mut f32) {
@@ -96,11 +155,11 @@ impl F32x16 for Avx512 {
     }
     #[inline(always)]
     unsafe fn store_bf16(self, p: *mut u16) {
-        _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits(self.0)))
+        _mm256_storeu_si256(p as *mut __m256i, self.bf16())
     }
     #[inline(always)]
     unsafe fn store_bf16_non_nan(self, p: *mut u16) {
-        _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits_non_nan(self.0)))
+        _mm256_storeu_si256(p as *mut __m256i, self.bf16_non_nan())
     }
     #[inline(always)]
     unsafe fn store_f32_nt(self, p: *mut f32) {
@@ -112,39 +171,39 @@ impl F32x16 for Avx512 {
     }
     #[inline(always)]
     unsafe fn store_bf16_nt(self, p: *mut u16) {
-        _mm256_stream_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits(self.0)))
+        _mm256_stream_si256(p as *mut __m256i, self.bf16())
     }
     #[inline(always)]
     unsafe fn store_bf16_non_nan_nt(self, p: *mut u16) {
-        _mm256_stream_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(bf16_bits_non_nan(self.0)))
+        _mm256_stream_si256(p as *mut __m256i, self.bf16_non_nan())
     }
     #[inline(always)]
     fn abs(self) -> Self {
         // SAFETY: as in `add`.
-        unsafe { Avx512(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(self.0), _mm512_set1_epi32(0x7FFF_FFFF)))) }
+        unsafe { Avx512Regs(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(self.0), _mm512_set1_epi32(0x7FFF_FFFF)))) }
     }
     #[inline(always)]
     fn max_gt(a: Self, m: Self) -> Self {
         // SAFETY: as in `add`. vmaxps returns its second operand unless the first is greater.
-        unsafe { Avx512(_mm512_max_ps(a.0, m.0)) }
+        unsafe { Avx512Regs(_mm512_max_ps(a.0, m.0)) }
     }
     #[inline(always)]
     fn min_lt(a: Self, m: Self) -> Self {
         // SAFETY: as in `add`. vminps returns its second operand unless the first is less.
-        unsafe { Avx512(_mm512_min_ps(a.0, m.0)) }
+        unsafe { Avx512Regs(_mm512_min_ps(a.0, m.0)) }
     }
     #[inline(always)]
     fn select_first(count: usize, a: Self, b: Self) -> Self {
         let k: __mmask16 = if count >= W { 0xFFFF } else { ((1u32 << count) - 1) as __mmask16 };
         // SAFETY: as in `add`.
-        unsafe { Avx512(_mm512_mask_blend_ps(k, b.0, a.0)) }
+        unsafe { Avx512Regs(_mm512_mask_blend_ps(k, b.0, a.0)) }
     }
     #[inline(always)]
     fn max_abs_bits(self, v: Self) -> Self {
         // SAFETY: as in `add`.
         unsafe {
             let bits = _mm512_and_si512(_mm512_castps_si512(v.0), _mm512_set1_epi32(0x7FFF_FFFF));
-            Avx512(_mm512_castsi512_ps(_mm512_max_epi32(_mm512_castps_si512(self.0), bits)))
+            Avx512Regs(_mm512_castsi512_ps(_mm512_max_epi32(_mm512_castps_si512(self.0), bits)))
         }
     }
     #[inline(always)]

@@ -244,3 +244,24 @@ fn avx512_matches_the_scalar_definitions() {
     unsafe { run() }
 }
 
+/// The layout whose bf16 stores round by `vcvtneps2bf16`: the same checks. The probes hold
+/// registers of subnormals (bf16 bit patterns shifted into f32, and random bits), which take
+/// the integer rounding, and registers of values the instruction rounds (all the others).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_bf16_matches_the_scalar_definitions() {
+    if !(crate::row::has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512dq")) {
+        eprintln!("no AVX-512F with AVX512_BF16 and AVX512DQ: skipped");
+        return;
+    }
+    #[target_feature(enable = "avx512f,avx512bf16,avx512dq,avx2,fma,f16c")]
+    unsafe fn run() {
+        conversions::<super::avx512::Avx512Bf16>();
+        lane_semantics::<super::avx512::Avx512Bf16>();
+        selections::<super::avx512::Avx512Bf16>();
+        masks_2::<super::avx512::Avx512Bf16>();
+    }
+    // SAFETY: detected above.
+    unsafe { run() }
+}
+
