@@ -1,17 +1,19 @@
 //! What the fused forward's prefetches bring: the store pass's prefetch of the row ahead
 //! (`row::PREFETCH_AHEAD`, switch `ahead`) or the lines a row asks for before its store pass
-//! (`row::EARLY_LINES`, switch `early`). Each case is timed with the switch on and off,
+//! (`row::EARLY_LINES`, switch `early`); also the bf16 rounding by the AVX512_BF16 instruction
+//! (`row::BF16_INSTRUCTION`, switch `bf16`). Each case is timed with the switch on and off,
 //! alternating run by run in one process, so that both medians come from the same stretch of
 //! this shared machine's load. Gaussian inputs, a weight, accum f32, all threads.
 //!
 //! ```text
 //! cargo run --release -p normlab-norms --example prefetch_ahead -- 60 4096x1024,16384x4096 f32,f16,bf16 rms,layer,topk
 //! cargo run --release -p normlab-norms --example prefetch_ahead -- 500 4096x1024 f32 rms,topk early
+//! cargo run --release -p normlab-norms --example prefetch_ahead -- 200 4096x1024 bf16 rms,l1,topk bf16
 //! ```
 //!
 //! Arguments: runs per setting, shapes, dtypes, kinds (comma-separated), and optionally the
-//! switch (`ahead`, the default, or `early`). Prints the medians and their ratio (off / on:
-//! above 1, the prefetch helps).
+//! switch (`ahead`, the default, `early` or `bf16`). Prints the medians and their ratio (off /
+//! on: above 1, the switch's subject helps).
 mod common;
 use common::gaussian;
 use normlab_norms::{bf16, f16, row, Accum, Element, NormSpec, RowStats};
@@ -37,20 +39,21 @@ fn run<T: Element>(switch: &AtomicBool, name: &str, kind: &str, rows: usize, n: 
     }
     switch.store(true, Ordering::Relaxed);
     let (on, off) = (common::min_median(&mut t[1]).1, common::min_median(&mut t[0]).1);
-    println!("{rows}x{n} {name:4} {kind:7} prefetch {on:.3} ms  none {off:.3} ms  off/on {:.3}", off / on);
+    println!("{rows}x{n} {name:4} {kind:7} on {on:.3} ms  off {off:.3} ms  off/on {:.3}", off / on);
 }
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 && a.len() != 6 {
-        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS [ahead|early]  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
+        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS [ahead|early|bf16]  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
         std::process::exit(2);
     }
     let switch = match a.get(5).map(String::as_str) {
         None | Some("ahead") => &row::PREFETCH_AHEAD,
         Some("early") => &row::EARLY_LINES,
+        Some("bf16") => &row::BF16_INSTRUCTION,
         Some(other) => {
-            eprintln!("unknown switch {other} (ahead, early)");
+            eprintln!("unknown switch {other} (ahead, early, bf16)");
             std::process::exit(2);
         }
     };

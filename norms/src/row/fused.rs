@@ -210,7 +210,9 @@ pub(crate) fn rows_at<S: Storage>(
         }
         match level {
             // SAFETY: the level's features were detected at run time.
-            Level::Avx512Bf16 if same::<S, half::bf16>() => return unsafe { by_kind!(avx512_bf16) },
+            Level::Avx512Bf16 if same::<S, half::bf16>() && super::BF16_INSTRUCTION.load(std::sync::atomic::Ordering::Relaxed) => {
+                return unsafe { by_kind!(avx512_bf16) }
+            }
             Level::Avx512 | Level::Avx512Bf16 => return unsafe { by_kind!(avx512) },
             Level::Avx2 => return unsafe { by_kind!(avx2) },
             Level::Generic => {}

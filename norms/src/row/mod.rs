@@ -106,6 +106,12 @@ pub static PREFETCH_AHEAD: std::sync::atomic::AtomicBool = std::sync::atomic::At
 #[doc(hidden)]
 pub static EARLY_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether the fused forward rounds bf16 rows by the AVX512_BF16 instruction where the CPU has
+/// it (`simd::avx512::Avx512Bf16`; else by integer operations, the same bits). On; a switch
+/// only so that `examples/prefetch_ahead.rs` can measure what it brings in one process.
+#[doc(hidden)]
+pub static BF16_INSTRUCTION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether a forward that reads and writes `bytes` in all (input plus output) should write
 /// around the caches: when they do not fit in the last-level cache together, the output's lines
 /// are evicted before anyone reads them, and a normal store first reads every destination line
