@@ -582,17 +582,25 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
     let eps = ctx.eps as f32;
     let inv_n = ctx.inv_n;
     let n = x.len();
-    let hi = if ctx.centred { row_sum.unwrap_or_else(|| sum::<V, S>(x, |v| v)) * inv_n } else { 0.0 };
+    // A `match`, not `unwrap_or_else`: see `top_k_lane_maxima`.
+    let hi = if ctx.centred {
+        match row_sum {
+            Some(s) => s * inv_n,
+            None => sum::<V, S>(x, #[inline(always)] |v| v) * inv_n,
+        }
+    } else {
+        0.0
+    };
     let mut next_sum = None;
     let (raw, z_max) = match ctx.kind {
         NormKind::Rms | NormKind::UnitL2 => {
-            let q = sum::<V, S>(x, |v| v * v);
+            let q = sum::<V, S>(x, #[inline(always)] |v| v * v);
             (stats::finish_l2(ctx, hi, q, eps), (q as f64 * sum_slack(n)).sqrt() + ABS_SLACK)
         }
         NormKind::Layer => {
             let h = V::splat(hi);
             let zero = V::splat(0.0);
-            let ([d, q], ahead) = fold_with_next::<V, S, 2>(x, [zero; 2], |v, [d, q]| {
+            let ([d, q], ahead) = fold_with_next::<V, S, 2>(x, [zero; 2], #[inline(always)] |v, [d, q]| {
                 let t = v - h;
                 [d + t, q + t * t]
             }, next);
@@ -616,14 +624,14 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
                 stat
             } else {
                 let (h, l) = (V::splat(hi), V::splat(lo));
-                sum::<V, S>(x, |v| ((v - h) - l).abs())
+                sum::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs())
             };
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), stat as f64)
         }
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
             let lo = if ctx.centred {
                 let h = V::splat(hi);
-                let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], |v, [d]| [d + (v - h)], next);
+                let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], #[inline(always)] |v, [d]| [d + (v - h)], next);
                 next_sum = ahead;
                 d.combine() * inv_n
             } else {
@@ -631,10 +639,10 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
             };
             let (stat, check) = if ctx.centred {
                 let (h, l) = (V::splat(hi), V::splat(lo));
-                abs_statistic::<V, S>(ctx, x, |v| ((v - h) - l).abs(), abs)
+                abs_statistic::<V, S>(ctx, x, #[inline(always)] |v| ((v - h) - l).abs(), abs)
             } else {
                 // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): skip it.
-                abs_statistic::<V, S>(ctx, x, |v| v.abs(), abs)
+                abs_statistic::<V, S>(ctx, x, #[inline(always)] |v| v.abs(), abs)
             };
             // The maximum of |z| itself for L-inf, else |z| <= sum |z| (`check`).
             let z_max = if ctx.kind == NormKind::LInf { stat as f64 } else { check as f64 * sum_slack(n) + ABS_SLACK };
@@ -654,7 +662,7 @@ unsafe fn abs_statistic<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S], z_abs
             (r * ctx.inv_n, r)
         }
         NormKind::LInf => {
-            let [m, s] = fold::<V, S, 2>(x, |v, [m, s]| {
+            let [m, s] = fold::<V, S, 2>(x, #[inline(always)] |v, [m, s]| {
                 let a = z_abs(v);
                 [V::max_gt(a, m), s + a]
             });
@@ -755,13 +763,19 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
         let l = V::splat(lo);
         let (stat, check) = match bound_before_difference(t0, lo) {
             Some(c) if check_sum_unneeded(hi, lo, z_max, n) => {
-                let stat = in_registers::<V, S>(x, blocks, bmax, c, (hi, lo), t0, k, cand).unwrap_or_else(|| {
-                    mark_blocks::<V>(bmax, blocks, c, &mut list);
-                    top_k_of_marked::<V, S>(x, |v| ((v - h) - l).abs(), (hi, lo), t0, k, cand, &list)
-                });
+                // A `match`, not `unwrap_or_else`: a closure is a function of its own, which
+                // does not inherit the caller's target features when not inlined (then every
+                // intrinsic in it is a call: bf16 Top-k rows on AVX2 took 4x longer).
+                let stat = match in_registers::<V, S>(x, blocks, bmax, c, (hi, lo), t0, k, cand) {
+                    Some(stat) => stat,
+                    None => {
+                        mark_blocks::<V>(bmax, blocks, c, &mut list);
+                        top_k_of_marked::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs(), (hi, lo), t0, k, cand, &list)
+                    }
+                };
                 (stat, z_max)
             }
-            _ => top_k_statistic::<V, S>(x, k, |v| ((v - h) - l).abs(), &mut cand[..n]),
+            _ => top_k_statistic::<V, S>(x, k, #[inline(always)] |v| ((v - h) - l).abs(), &mut cand[..n]),
         };
         (lo, stat, check, next_sum)
     } else {
@@ -771,10 +785,13 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
         }
         let t0 = m.kth_largest_magnitude(k);
         // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): the gather's |z|.
-        let stat = in_registers::<V, S>(x, blocks, bmax, t0, (0.0, 0.0), t0, k, cand).unwrap_or_else(|| {
-            mark_blocks::<V>(bmax, blocks, t0, &mut list);
-            top_k_of_marked::<V, S>(x, |v| v.abs(), (0.0, 0.0), t0, k, cand, &list)
-        });
+        let stat = match in_registers::<V, S>(x, blocks, bmax, t0, (0.0, 0.0), t0, k, cand) {
+            Some(stat) => stat,
+            None => {
+                mark_blocks::<V>(bmax, blocks, t0, &mut list);
+                top_k_of_marked::<V, S>(x, #[inline(always)] |v| v.abs(), (0.0, 0.0), t0, k, cand, &list)
+            }
+        };
         (0.0, stat, d.combine(), None)
     }
 }
@@ -855,13 +872,17 @@ unsafe fn isolated_top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(
 unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
     let h = V::splat(hi);
     // (the term summed, the term maximised)
-    let f = |v: V| {
-        if CENTRED {
-            let t = v - h;
-            (t, t.abs())
-        } else {
-            let a = v.abs();
-            (a, a)
+    // (in a block: attributes on a closure are only allowed there or as an argument)
+    let f = {
+        #[inline(always)]
+        |v: V| {
+            if CENTRED {
+                let t = v - h;
+                (t, t.abs())
+            } else {
+                let a = v.abs();
+                (a, a)
+            }
         }
     };
     match next {
@@ -957,7 +978,7 @@ unsafe fn lo_and_lane_max_abs<V: F32x16, S: Storage>(ctx: &RowCtx<f32>, x: &[S],
     let zero = V::splat(0.0);
     let h = V::splat(hi);
     let init = [zero, V::splat(f32::NEG_INFINITY), V::splat(f32::INFINITY)];
-    let ([d, t_max, t_min], next_sum) = fold_with_next::<V, S, 3>(x, init, |v, [d, mx, mn]| {
+    let ([d, t_max, t_min], next_sum) = fold_with_next::<V, S, 3>(x, init, #[inline(always)] |v, [d, mx, mn]| {
         let t = v - h;
         [d + t, V::max_gt(t, mx), V::min_lt(t, mn)]
     }, next);
@@ -1102,7 +1123,7 @@ unsafe fn gather_marked<V: F32x16, S: Storage>(x: &[S], list: &MarkList, (hi, lo
 /// `lanes::sum_map(x, f)` over the storage.
 #[inline(always)]
 unsafe fn sum<V: F32x16, S: Storage>(x: &[S], f: impl Fn(V) -> V) -> f32 {
-    let [s] = fold::<V, S, 1>(x, |v, [s]| [s + f(v)]);
+    let [s] = fold::<V, S, 1>(x, #[inline(always)] |v, [s]| [s + f(v)]);
     s.combine()
 }
 

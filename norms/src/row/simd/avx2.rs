@@ -93,6 +93,15 @@ unsafe fn store_bf16_bits<const NT: bool>(p: *mut u16, lo: __m256i, hi: __m256i)
     }
 }
 
+/// `F32x16::max_abs_bits` on 8 lanes (`m`: 0x7FFF_FFFF in every lane). A function, not a
+/// closure: a closure is a function of its own, and one the compiler chose not to inline did
+/// not inherit its caller's target features, so every intrinsic in it became a call.
+#[inline(always)]
+unsafe fn max_abs_bits_8(acc: __m256, v: __m256, m: __m256i) -> __m256 {
+    let bits = _mm256_and_si256(_mm256_castps_si256(v), m);
+    _mm256_castsi256_ps(_mm256_max_epi32(_mm256_castps_si256(acc), bits))
+}
+
 /// The last three halvings of `lanes::combine` on its lanes 0-7 in `r` (lane j plus lane
 /// j + 4, then j + 2, then j + 1; each lower lane the first operand, as there).
 #[inline(always)]
@@ -242,11 +251,7 @@ impl F32x16 for Avx2 {
         // SAFETY: as in `add`.
         unsafe {
             let m = _mm256_set1_epi32(0x7FFF_FFFF);
-            let f = |acc: __m256, v: __m256| {
-                let bits = _mm256_and_si256(_mm256_castps_si256(v), m);
-                _mm256_castsi256_ps(_mm256_max_epi32(_mm256_castps_si256(acc), bits))
-            };
-            Avx2(f(self.0, v.0), f(self.1, v.1))
+            Avx2(max_abs_bits_8(self.0, v.0, m), max_abs_bits_8(self.1, v.1, m))
         }
     }
     #[inline(always)]
