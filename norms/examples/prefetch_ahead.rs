@@ -1,7 +1,8 @@
 //! What the fused forward's prefetches bring: the store pass's prefetch of the row ahead
 //! (`row::PREFETCH_AHEAD`, switch `ahead`) or the lines a row asks for before its store pass
 //! (`row::EARLY_LINES`, switch `early`); also the bf16 rounding by the AVX512_BF16 instruction
-//! (`row::BF16_INSTRUCTION`, switch `bf16`). Each case is timed with the switch on and off,
+//! (`row::BF16_INSTRUCTION`, switch `bf16`); also AVX2's Top-k selection by tables
+//! (`row::SELECT_IN_REGISTERS`, switch `select`). Each case is timed with the switch on and off,
 //! alternating run by run in one process, so that both medians come from the same stretch of
 //! this shared machine's load. Gaussian inputs, a weight, accum f32, all threads.
 //!
@@ -12,7 +13,7 @@
 //! ```
 //!
 //! Arguments: runs per setting, shapes, dtypes, kinds (comma-separated), and optionally the
-//! switch (`ahead`, the default, `early` or `bf16`). Prints the medians and their ratio (off /
+//! switch (`ahead`, the default, `early`, `bf16` or `select`). Prints the medians and their ratio (off /
 //! on: above 1, the switch's subject helps).
 mod common;
 use common::gaussian;
@@ -45,15 +46,16 @@ fn run<T: Element>(switch: &AtomicBool, name: &str, kind: &str, rows: usize, n: 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 && a.len() != 6 {
-        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS [ahead|early|bf16]  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
+        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS [ahead|early|bf16|select]  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
         std::process::exit(2);
     }
     let switch = match a.get(5).map(String::as_str) {
         None | Some("ahead") => &row::PREFETCH_AHEAD,
         Some("early") => &row::EARLY_LINES,
         Some("bf16") => &row::BF16_INSTRUCTION,
+        Some("select") => &row::SELECT_IN_REGISTERS,
         Some(other) => {
-            eprintln!("unknown switch {other} (ahead, early, bf16)");
+            eprintln!("unknown switch {other} (ahead, early, bf16, select)");
             std::process::exit(2);
         }
     };

@@ -798,7 +798,8 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
 
 /// `F32x16::top_k_mean_in_registers` on a row of whole blocks (else `None`), with `cand` as
 /// the room for its positions: the common case of [`mark_blocks`] and [`top_k_of_marked`]
-/// without memory round trips or branches on the data, where the layout has it (AVX-512).
+/// without branches on the data: in registers on AVX-512 (`simd::top_k_avx512`), by tables
+/// on AVX2 (`simd::top_k_avx2`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn in_registers<V: F32x16, S: Storage>(
@@ -811,7 +812,7 @@ unsafe fn in_registers<V: F32x16, S: Storage>(
     k: usize,
     cand: &mut [f32],
 ) -> Option<f32> {
-    if !V::AVX512 || x.len() != BLOCK * blocks || cand.len() < W * blocks + W || !(1..=W).contains(&k) {
+    if x.len() != BLOCK * blocks || cand.len() < W * blocks + W || !(1..=W).contains(&k) {
         return None;
     }
     let row = MarkedRow { x: x.as_ptr(), blocks, bmax, c, hi_lo, t0, k, pos: cand.as_mut_ptr() as *mut u32 };

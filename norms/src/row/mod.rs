@@ -112,6 +112,13 @@ pub static EARLY_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 #[doc(hidden)]
 pub static BF16_INSTRUCTION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether the fused Top-k forward on AVX2 takes the mean of the k largest with no branch on
+/// the data (`simd::top_k_avx2`; else by marks in memory, the same bits). On; a switch only so
+/// that `examples/prefetch_ahead.rs` (switch `select`) can measure what it brings in one
+/// process. AVX-512's selection in registers does not look at it.
+#[doc(hidden)]
+pub static SELECT_IN_REGISTERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether a forward that reads and writes `bytes` in all (input plus output) should write
 /// around the caches: when they do not fit in the last-level cache together, the output's lines
 /// are evicted before anyone reads them, and a normal store first reads every destination line

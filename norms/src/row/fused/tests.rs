@@ -317,20 +317,23 @@ fn ordinary_rows_are_not_rescued() {
     }
 }
 
-/// On AVX-512, Top-k rows of whole blocks take their mean in registers (`in_registers`)
-/// unless they have too many candidates: at least 90% of Gaussian rows of 1024 and 4096 at
-/// k = 1 and 8 (about 99% are expected; at k = 16 the threshold, the smallest lane maximum,
-/// leaves more than 16 candidates in most rows), centred or not, in every storage type, with the
-/// generic kernel's bits (`compare_spec`). A path that quietly always fell back would give the
-/// same bits, so only this count shows that it runs. Constant rows (every lane marked) and
-/// rows of +-1 (hundreds of candidates) fall back, and also match.
+/// On AVX-512 and AVX2, Top-k rows of whole blocks take their mean with no branch on the data
+/// (`in_registers`: `simd::top_k_avx512`, `simd::top_k_avx2`, the latter for rows of up to
+/// `top_k_avx2::MAX_BLOCKS` blocks, and never for longer ones) unless they have too many
+/// candidates: at least 90% of Gaussian rows of 1024 and 4096 at k = 1 and 8 (about 99% are
+/// expected; at k = 16 the threshold, the smallest lane maximum, leaves more than 16
+/// candidates in most rows), centred or not, in every storage type, with the generic kernel's
+/// bits (`compare_spec`). A path that quietly always fell back would give the same bits, so
+/// only this count shows that it runs. Constant rows (every lane marked) and rows of +-1
+/// (hundreds of candidates) fall back, and also match.
 #[test]
-fn top_k_rows_of_whole_blocks_select_in_registers_on_avx512() {
-    if !levels().contains(&Level::Avx512) {
-        eprintln!("no AVX-512: the selection in registers never runs here");
+fn top_k_rows_of_whole_blocks_select_without_branches() {
+    let here: Vec<Level> = [Level::Avx512, Level::Avx2].into_iter().filter(|l| levels().contains(l)).collect();
+    if here.is_empty() {
+        eprintln!("no AVX2: the selection without branches never runs here");
         return;
     }
-    fn run<S: Storage>(n: usize, k: usize, centred: bool, x: &[f64]) -> (usize, usize) {
+    fn run<S: Storage>(level: Level, n: usize, k: usize, centred: bool, x: &[f64]) -> (usize, usize) {
         let rows = x.len() / n;
         let (w, b) = affine(&mut Rng(7 + n as u64), n);
         let xs: Vec<S> = x.iter().map(|&v| S::from_f64(v)).collect();
@@ -339,29 +342,36 @@ fn top_k_rows_of_whole_blocks_select_in_registers_on_avx512() {
         let mut y = vec![S::default(); xs.len()];
         let mut st = vec![RowStats::default(); rows];
         let before = IN_REGISTERS.with(|r| r.get());
-        rows_at::<S>(Level::Avx512, &ctx, &xs, &mut y, &mut st, None, None, &mut Scratch::<f32>::new(n));
+        rows_at::<S>(level, &ctx, &xs, &mut y, &mut st, None, None, &mut Scratch::<f32>::new(n));
         let fast = IN_REGISTERS.with(|r| r.get()) - before;
         let checked = compare_spec::<S>(&spec, &xs, n, &in_storage::<S>(&w), &in_storage::<S>(&b), "top-k in registers");
         (fast, checked)
     }
+    #[cfg(target_arch = "x86_64")]
+    let avx2_longest = 64 * crate::row::simd::top_k_avx2::MAX_BLOCKS;
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx2_longest = 0;
     for n in [1024usize, 4096] {
         let mut rng = Rng(4242 + n as u64);
         let gauss: Vec<f64> = (0..64 * n).map(|_| rng.normal()).collect();
         let mut odd: Vec<f64> = (0..4 * n).map(|_| rng.normal()).collect();
         odd[..n].iter_mut().for_each(|v| *v = 1.5);
         odd[n..2 * n].iter_mut().for_each(|v| *v = v.signum());
-        for k in [1usize, 8] {
-            for centred in [true, false] {
-                for (dtype, (fast, checked)) in [
-                    ("f32", run::<f32>(n, k, centred, &gauss)),
-                    ("f16", run::<f16>(n, k, centred, &gauss)),
-                    ("bf16", run::<bf16>(n, k, centred, &gauss)),
-                ] {
-                    assert!(fast >= 58, "{dtype} n={n} k={k} centred={centred}: {fast} of 64 rows in registers");
-                    assert!(checked > 0);
+        for (level, k, centred) in here.iter().flat_map(|&l| [1usize, 8].into_iter().flat_map(move |k| [(l, k, true), (l, k, false)])) {
+            for (dtype, (fast, checked)) in [
+                ("f32", run::<f32>(level, n, k, centred, &gauss)),
+                ("f16", run::<f16>(level, n, k, centred, &gauss)),
+                ("bf16", run::<bf16>(level, n, k, centred, &gauss)),
+            ] {
+                if level == Level::Avx2 && n > avx2_longest {
+                    assert_eq!(fast, 0, "{level:?} {dtype} n={n} k={k} centred={centred}: {fast} rows without branches");
+                } else {
+                    assert!(fast >= 58, "{level:?} {dtype} n={n} k={k} centred={centred}: {fast} of 64 rows in registers");
                 }
-                let (fast, _) = run::<f32>(n, k, centred, &odd);
-                assert!(fast <= 2, "n={n} k={k} centred={centred}: {fast} of the 2 Gaussian rows (of 4) in registers");
+                assert!(checked > 0);
+            }
+            for (dtype, (fast, _)) in [("f32", run::<f32>(level, n, k, centred, &odd)), ("bf16", run::<bf16>(level, n, k, centred, &odd))] {
+                assert!(fast <= 2, "{level:?} {dtype} n={n} k={k} centred={centred}: {fast} of the 2 Gaussian rows (of 4) in registers");
             }
         }
     }
@@ -408,7 +418,7 @@ fn fused_equals_generic_on_offset_top_k_rows() {
         let mut checked = 0;
         // Lengths that are not powers of two: there `hi = sum / n` rounds even when the sum of
         // 16-bit values is exact, so `lo` is nonzero in every type.
-        // 960: whole blocks of 64, where AVX-512 selects in registers (`in_registers`).
+        // 960: whole blocks of 64, selected without branches on AVX2 and AVX-512 (`in_registers`).
         for n in [100usize, 960, 1000, 1031] {
             let mut rng = Rng(900 + n as u64);
             let x: Vec<S> = (0..64 * n).map(|_| S::from_f64(offset + spread * rng.normal())).collect();

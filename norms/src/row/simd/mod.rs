@@ -25,6 +25,8 @@ mod sort16;
 #[cfg(target_arch = "x86_64")]
 mod sort16_avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod top_k_avx2;
+#[cfg(target_arch = "x86_64")]
 mod top_k_avx512;
 
 use std::ops::{Add, Mul, Sub};
@@ -159,10 +161,11 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
         }
         kept
     }
-    /// Top-k's mean of the k largest `|z|` of a row of `blocks` whole blocks, all in registers
-    /// where the layout can (`top_k_avx512::mean_of_marked`, whose contract this is); `None`
-    /// where it cannot, or when the marked lanes or candidates are too many: the caller then
-    /// marks and gathers in memory (`fused::top_k_of_marked`), with the same result.
+    /// Top-k's mean of the k largest `|z|` of a row of `blocks` whole blocks with no branch on
+    /// the data where the layout can (`top_k_avx512::mean_of_marked`, whose contract this is,
+    /// and `top_k_avx2::mean_of_marked`); `None` where it cannot, or when the marked lanes or
+    /// candidates are too many: the caller then marks and gathers in memory
+    /// (`fused::top_k_of_marked`), with the same result.
     /// # Safety
     /// As `top_k_avx512::mean_of_marked`.
     #[inline(always)]
