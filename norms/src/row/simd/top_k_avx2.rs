@@ -89,17 +89,19 @@ pub(super) unsafe fn mean_of_marked<V: F32x16, S: Storage, const EVEN_ODD: bool>
     // The positions of the marked lanes (the offset of each lane's first value), half block
     // by half block; each half writes eight and advances by its count.
     let cv = _mm256_set1_ps(c);
+    // Memory slot j of a half holds lane 8 half + j, or, even and odd apart, lane 2 j + half:
+    // the position of slot 0 of each half of the current block, advanced a block at a time.
+    let mut first = if EVEN_ODD { [_mm256_set1_epi32(0), _mm256_set1_epi32(1)] } else { [_mm256_set1_epi32(0), _mm256_set1_epi32(8)] };
+    let step = _mm256_set1_epi32(BLOCK as i32);
     let mut marked = 0usize;
     for b in 0..blocks {
-        for half in 0..2 {
+        for (half, at0) in first.iter_mut().enumerate() {
             let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_loadu_ps(bmax.add(W * b + 8 * half)), cv)) as usize;
-            // Memory slot j of this half holds lane 8 half + j, or, even and odd apart, lane
-            // 2 j + half.
             let j = set_bits(m);
-            let (lane, first) = if EVEN_ODD { (_mm256_slli_epi32::<1>(j), half) } else { (j, 8 * half) };
-            let at = _mm256_add_epi32(lane, _mm256_set1_epi32((BLOCK * b + first) as i32));
-            _mm256_storeu_si256(pos.add(marked) as *mut __m256i, at);
+            let lane = if EVEN_ODD { _mm256_slli_epi32::<1>(j) } else { j };
+            _mm256_storeu_si256(pos.add(marked) as *mut __m256i, _mm256_add_epi32(lane, *at0));
             marked += m.count_ones() as usize;
+            *at0 = _mm256_add_epi32(*at0, step);
         }
     }
     if marked > W {
@@ -111,18 +113,22 @@ pub(super) unsafe fn mean_of_marked<V: F32x16, S: Storage, const EVEN_ODD: bool>
     let (h, l, t) = (_mm256_set1_ps(hi), _mm256_set1_ps(lo), _mm256_set1_ps(t0));
     let sign = _mm256_set1_ps(-0.0);
     // The candidates from index 0; each pair of lanes writes eight and advances by its count
-    // (at most 56 before the last pair: room for 64). The first 16 zeroed: read below.
-    let mut cand = [0f32; 4 * W];
-    let cp = cand.as_mut_ptr();
+    // (at most 56 before the last pair: room for 64). Only the first 16 are read, below:
+    // those are zeroed first, the rest left uninitialised.
+    let mut cand = [std::mem::MaybeUninit::<f32>::uninit(); 4 * W];
+    let cp = cand.as_mut_ptr() as *mut f32;
+    _mm256_storeu_ps(cp, _mm256_setzero_ps());
+    _mm256_storeu_ps(cp.add(8), _mm256_setzero_ps());
+    // Bit i set for the values of the marked lanes: four per lane, lane i / 4 (at most 16).
+    let live_all = if marked == 0 { 0 } else { u64::MAX >> (64 - 4 * marked) };
     let mut kept = 0usize;
     for pair in 0..W / 2 {
         let p = |i: usize| x.add(*pos.add(2 * pair + i) as usize);
         let v = _mm256_set_m128(S::load_lane_of_block(p(1)), S::load_lane_of_block(p(0)));
         // |z| as `keep_lane_of_block` computes it: the same operations, the same bits.
         let z = _mm256_andnot_ps(sign, _mm256_sub_ps(_mm256_sub_ps(v, h), l));
-        // The four values of each of the pair's lanes below `marked`.
-        let live = (1u32 << (4 * marked.saturating_sub(2 * pair).min(2))) - 1;
-        let keep = (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(z, t)) as u32 & live) as usize;
+        let live = (live_all >> (8 * pair)) as usize & 0xFF;
+        let keep = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(z, t)) as usize & live;
         _mm256_storeu_ps(cp.add(kept), _mm256_permutevar8x32_ps(z, set_bits(keep)));
         kept += keep.count_ones() as usize;
     }
@@ -131,6 +137,7 @@ pub(super) unsafe fn mean_of_marked<V: F32x16, S: Storage, const EVEN_ODD: bool>
     }
     // `sort16::top_k_of_few` on the candidates (padded with -1, below every magnitude), then
     // `fused::top_k_of_marked`'s sum: the k largest in their lanes, the rest zero, combined.
-    super::sort16::top_k_of_few(&mut cand[..W], kept, k);
+    // SAFETY of the slice: its 16 values were written (zeroed above, then some overwritten).
+    super::sort16::top_k_of_few(std::slice::from_raw_parts_mut(cp, W), kept, k);
     Some(V::select_first(k, V::load_f32(cp), V::splat(0.0)).combine() / k as f32)
 }
