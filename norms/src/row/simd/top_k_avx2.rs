@@ -21,9 +21,9 @@
 //! candidates, as on AVX-512 (about 99% of Gaussian rows of 1024 at k = 8). Otherwise `None`,
 //! and the caller takes the general path, which gives the same value.
 //!
-//! The marking here costs about nine instructions per half block, where the general path's
-//! costs about two and its decoding a few per mark: the saving is per row and the cost per
-//! block. Measured on the AVX2 host of the README (AMD EPYC, 2 cores; in-process A/B,
+//! The marking here costs about eleven instructions per half block (22 per block in the
+//! compiled loop), where the general path's costs about six and its decoding about 100 per
+//! row of 1024 (callgrind): the saving is per row and the cost per block. Measured on the AVX2 host of the README (AMD EPYC, 2 cores; in-process A/B,
 //! `examples/prefetch_ahead.rs` switch `select`, time off over time on, Top-k k = 8): rows of
 //! 512 1.046-1.071, of 1024 1.003-1.020 (f32), 1.006-1.010 (f16), 1.004-1.011 (bf16); in cache
 //! (64 and 256 rows of 1024) about 1.00. Without the limit, rows of 2048 gave 1.000 (f32) and
