@@ -279,12 +279,9 @@ impl F32x16 for Avx2 {
     unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
         keep_lane_of_block(x, hi, lo, t0, out)
     }
-    /// [`super::top_k_avx2::mean_of_marked`] (unless `row::SELECT_IN_REGISTERS` is off).
+    /// [`super::top_k_avx2::mean_of_marked`].
     #[inline(always)]
     unsafe fn top_k_mean_in_registers<S: Storage>(row: super::MarkedRow<S>) -> Option<f32> {
-        if !crate::row::SELECT_IN_REGISTERS.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
         super::top_k_avx2::mean_of_marked::<Self, S, false>(row)
     }
     /// [`ge_mask_2_in_order`].

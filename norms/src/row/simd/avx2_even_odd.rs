@@ -244,13 +244,9 @@ impl F32x16 for Avx2EvenOdd {
     unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
         super::sort16::top_k_of_few(a, m, k)
     }
-    /// [`super::top_k_avx2::mean_of_marked`], the lane maxima stored even lanes first
-    /// (unless `row::SELECT_IN_REGISTERS` is off).
+    /// [`super::top_k_avx2::mean_of_marked`], the lane maxima stored even lanes first.
     #[inline(always)]
     unsafe fn top_k_mean_in_registers<S: Storage>(row: super::MarkedRow<S>) -> Option<f32> {
-        if !crate::row::SELECT_IN_REGISTERS.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
         super::top_k_avx2::mean_of_marked::<Self, S, true>(row)
     }
     /// [`super::avx2::keep_lane_of_block`].

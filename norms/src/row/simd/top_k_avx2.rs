@@ -70,7 +70,8 @@ unsafe fn set_bits(mask: usize) -> __m256i {
 /// The mean of the k largest `|z| = |fl(fl(x_j - hi) - lo)|` of a row of `blocks` whole blocks:
 /// the contract of `top_k_avx512::mean_of_marked` (the same value as
 /// `fused::top_k_of_marked`, `None` when more than 16 lanes are marked or more than 16 values
-/// kept, or fewer than k; and for rows of more than [`MAX_BLOCKS`] blocks), for a layout `V` whose `store_lanes` put a block's lane maxima in
+/// kept, or fewer than k; and for rows of more than [`MAX_BLOCKS`] blocks, or with
+/// `row::SELECT_IN_REGISTERS` off), for a layout `V` whose `store_lanes` put a block's lane maxima in
 /// memory in lane order (`EVEN_ODD` false: [`super::avx2::Avx2`]) or the even lanes and then
 /// the odd ones (`EVEN_ODD` true: [`super::avx2_even_odd::Avx2EvenOdd`]).
 ///
@@ -85,7 +86,7 @@ unsafe fn set_bits(mask: usize) -> __m256i {
 pub(super) unsafe fn mean_of_marked<V: F32x16, S: Storage, const EVEN_ODD: bool>(row: MarkedRow<S>) -> Option<f32> {
     let MarkedRow { x, blocks, bmax, c, hi_lo: (hi, lo), t0, k, pos } = row;
     debug_assert!((1..=W).contains(&k) && blocks >= 1);
-    if blocks > MAX_BLOCKS {
+    if blocks > MAX_BLOCKS || !crate::row::SELECT_IN_REGISTERS.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
     // The positions of the marked lanes (the offset of each lane's first value), half block
