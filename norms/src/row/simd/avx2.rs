@@ -111,32 +111,38 @@ pub(super) unsafe fn combine_8(r: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h)))
 }
 
+/// For each 8-bit mask, the positions of its set bits in increasing order, then zeros: the
+/// permutes that move the lanes of a register whose bit is set to the front, in order
+/// ([`keep_lane_of_block`] reads the first four of a 4-bit mask's entry;
+/// `top_k_avx2::mean_of_marked` all eight).
+pub(super) static SET_BITS: [[u8; 8]; 256] = {
+    let mut t = [[0u8; 8]; 256];
+    let mut m = 0;
+    while m < 256 {
+        let (mut i, mut n) = (0u8, 0usize);
+        while i < 8 {
+            if m >> i & 1 == 1 {
+                t[m][n] = i;
+                n += 1;
+            }
+            i += 1;
+        }
+        m += 1;
+    }
+    t
+};
+
 /// `F32x16::keep_lane_of_block` in one SSE register, for every x86 layout: the four `z`
 /// computed together, and those kept moved to the front by a permute from a table indexed by
-/// the compare mask (with one store, where one per value took about nine instructions each).
+/// the compare mask ([`SET_BITS`]; with one store, where one per value took about nine
+/// instructions each).
 #[inline(always)]
 pub(super) unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f32, t0: f32, out: *mut f32) -> usize {
-    /// For each 4-bit mask, the indices of its set bits in order, then zeros.
-    static FRONT: [[i32; 4]; 16] = {
-        let mut t = [[0i32; 4]; 16];
-        let mut m = 0;
-        while m < 16 {
-            let (mut i, mut n) = (0i32, 0usize);
-            while i < 4 {
-                if m >> i & 1 == 1 {
-                    t[m][n] = i;
-                    n += 1;
-                }
-                i += 1;
-            }
-            m += 1;
-        }
-        t
-    };
     let v = S::load_lane_of_block(x);
     let z = _mm_andnot_ps(_mm_set1_ps(-0.0), _mm_sub_ps(_mm_sub_ps(v, _mm_set1_ps(hi)), _mm_set1_ps(lo)));
     let keep = _mm_movemask_ps(_mm_cmp_ps::<_CMP_GE_OQ>(z, _mm_set1_ps(t0))) as usize;
-    let order = _mm_loadu_si128(FRONT.as_ptr().add(keep) as *const __m128i);
+    // The entry's first four positions, widened to 32-bit lanes.
+    let order = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((SET_BITS.as_ptr().add(keep) as *const i32).read_unaligned()));
     _mm_storeu_ps(out, _mm_permutevar_ps(z, order));
     keep.count_ones() as usize
 }

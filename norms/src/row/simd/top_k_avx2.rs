@@ -33,7 +33,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{F32x16, MarkedRow, Storage, W};
+use super::{avx2, F32x16, MarkedRow, Storage, W};
 
 /// Values per block (`fused::BLOCK`): lane j of block b is the values `64 b + j + 16 q`.
 const BLOCK: usize = 4 * W;
@@ -41,30 +41,12 @@ const BLOCK: usize = 4 * W;
 /// The longest rows, in blocks, that this path takes (see the module doc, "When").
 pub(crate) const MAX_BLOCKS: usize = 16;
 
-/// For each 8-bit mask, the positions of its set bits in increasing order, then zeros.
-static SET_BITS: [[u8; 8]; 256] = {
-    let mut t = [[0u8; 8]; 256];
-    let mut m = 0;
-    while m < 256 {
-        let (mut i, mut n) = (0u8, 0usize);
-        while i < 8 {
-            if m >> i & 1 == 1 {
-                t[m][n] = i;
-                n += 1;
-            }
-            i += 1;
-        }
-        m += 1;
-    }
-    t
-};
-
-/// [`SET_BITS`] of `mask` (below 256) in eight 32-bit lanes: the permute that moves the
+/// [`avx2::SET_BITS`] of `mask` (below 256) in eight 32-bit lanes: the permute that moves the
 /// lanes of a register whose bit is set to the front, in order.
 #[inline(always)]
 unsafe fn set_bits(mask: usize) -> __m256i {
     debug_assert!(mask < 256);
-    _mm256_cvtepu8_epi32(_mm_loadl_epi64(SET_BITS.as_ptr().add(mask) as *const __m128i))
+    _mm256_cvtepu8_epi32(_mm_loadl_epi64(avx2::SET_BITS.as_ptr().add(mask) as *const __m128i))
 }
 
 /// The mean of the k largest `|z| = |fl(fl(x_j - hi) - lo)|` of a row of `blocks` whole blocks:
