@@ -584,10 +584,11 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
     let n = x.len();
     // A `match`, not `unwrap_or_else`: see `top_k_lane_maxima`.
     let hi = if ctx.centred {
-        match row_sum {
-            Some(s) => s * inv_n,
-            None => sum::<V, S>(x, #[inline(always)] |v| v) * inv_n,
-        }
+        let row_sum = match row_sum {
+            Some(s) => s,
+            None => sum::<V, S>(x, #[inline(always)] |v| v),
+        };
+        row_sum * inv_n
     } else {
         0.0
     };
