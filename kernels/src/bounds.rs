@@ -96,6 +96,49 @@ pub fn batch_forward_slack(norm: &BatchNorm, l: &Layout, y_ref: &[f64], b: Optio
     (0..y_ref.len()).map(|i| forward_slack(xhat_w(i), bias(i), spread[channel(i)])).collect()
 }
 
+/// Extra backward (dx) allowance of a row whose Top-k or L-inf selection is ambiguous at fp32
+/// resolution, per element of the row (zeros for other kinds and for unambiguous rows).
+///
+/// The kernels select on the fp32 `|z|`, `z = fl(fl(x - hi) - lo)`, ties to the lowest index;
+/// the f64 reference on the exact `|x - mu|`. Two elements on opposite sides of the mean whose
+/// `|x - mu|` differ by less than fp32's rounding of `z` can tie in fp32 (or swap order), and
+/// then the kernel may select either of them at the k-th place (gpu-check found such a row: at
+/// the 32nd place, `|z|` 2.4794922624714673 and 2.4794921125285327 in f64, equal in fp32). A
+/// swap changes the selected elements' `dz` by `s |T|` (`T = C dot / k`, the term only selected
+/// elements carry) and, for a centred kind, every `dx` by up to `2 s |T| / n` through the mean.
+/// So: with `xhat` the row's reference `x̂` (= `z s`), the elements within `tau` of the k-th
+/// largest `|x̂|` (`tau = 2^-20 (|x̂_k| + s |mu|)`, 16 fp32 ulps of the terms of `z`) are
+/// ambiguous when they straddle the k-th place; they get `s |T|`, and every element of a
+/// centred row gets `2 s |T| m / n` for the `m` possible swaps. A selection differing from the
+/// reference's anywhere else still fails.
+pub fn selection_tie_slack(spec: &NormSpec, xhat: &[f64], s: f64, mean: f64, dot: f64) -> Vec<f64> {
+    use normlab_norms::NormKind;
+    let n = xhat.len();
+    let k = match spec.kind {
+        NormKind::TopK { k } => k,
+        NormKind::LInf => 1,
+        _ => return vec![0.0; n],
+    };
+    if k == 0 || k > n || !s.is_finite() || !dot.is_finite() {
+        return vec![0.0; n];
+    }
+    let c = spec.scale_constant(n).unwrap_or(1.0);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| xhat[b].abs().total_cmp(&xhat[a].abs()).then(a.cmp(&b)));
+    let vk = xhat[order[k - 1]].abs();
+    let tau = FP32_SLACK * (vk + s * mean.abs());
+    let near = |i: usize| (xhat[i].abs() - vk).abs() <= tau;
+    let inside = order[..k].iter().filter(|&&i| near(i)).count();
+    let outside = order[k..].iter().take_while(|&&i| near(i)).count();
+    if inside == 0 || outside == 0 {
+        return vec![0.0; n];
+    }
+    let t = (c * dot / k as f64).abs() * s;
+    let swaps = inside.min(outside) as f64;
+    let shift = if spec.centred { 2.0 * t * swaps / n as f64 } else { 0.0 };
+    (0..n).map(|i| shift + if near(i) { t } else { 0.0 }).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +154,32 @@ mod tests {
         // Non-finite terms never widen the bound (f64::max(NaN, 0) would hide any error).
         assert_eq!(forward_slack(f64::NAN, Some(1.0), 0.0), 0.0);
         assert_eq!(forward_slack(1.0, Some(f64::INFINITY), 0.0), 0.0);
+    }
+
+    #[test]
+    fn selection_ties_widen_only_ambiguous_rows() {
+        // The row gpu-check found (Top-k, k = 32): the 32nd and 33rd |x̂| differ by 1.5e-7,
+        // below fp32's resolution of z; here at k = 2 with the same two values.
+        let (a, b) = (2.4794922624714673, 2.4794921125285327);
+        let xhat = [3.0, -a, b, 0.5, -1.0, 0.25];
+        let spec = NormSpec::topk(2, 1e-5);
+        let (s, mean, dot) = (0.9, 0.1, 10.0);
+        let t = spec.scale_constant(6).unwrap() * dot / 2.0 * s;
+        let slack = selection_tie_slack(&spec, &xhat, s, mean, dot);
+        let shift = 2.0 * t / 6.0;
+        for (i, v) in slack.iter().enumerate() {
+            let want = shift + if i == 1 || i == 2 { t } else { 0.0 };
+            assert!((v - want).abs() <= 1e-12 * want, "{i}: {v} vs {want}");
+        }
+        // Uncentred: no shift through the mean.
+        let slack = selection_tie_slack(&spec.with_centred(false), &xhat, s, mean, dot);
+        assert_eq!(slack.iter().filter(|v| **v > 0.0).count(), 2);
+        // A gap of 1e-4 is far beyond fp32 resolution: no allowance. Nor for k = 1 here.
+        let clear = [3.0, -2.4795, 2.4794, 0.5, -1.0, 0.25];
+        assert!(selection_tie_slack(&spec, &clear, s, mean, dot).iter().all(|v| *v == 0.0));
+        assert!(selection_tie_slack(&NormSpec::topk(1, 1e-5), &xhat, s, mean, dot).iter().all(|v| *v == 0.0));
+        // Kinds without a selection never get one.
+        assert!(selection_tie_slack(&NormSpec::rms(1e-6), &xhat, s, mean, dot).iter().all(|v| *v == 0.0));
     }
 
     #[test]

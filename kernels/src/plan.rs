@@ -4,7 +4,14 @@
 //! | rows of n elements | mapping | threads per block | rows per block at a time |
 //! |---|---|---|---|
 //! | n <= 1024 | warp per row | 128 (4 warps) | 4 |
-//! | n > 1024 | block per row | min(512, 32 * ceil(n / 256)) | 1 |
+//! | n > 1024 | block per row | forward min(512, 32 * ceil(n / 512)), backward min(512, 32 * ceil(n / 256)) | 1 |
+//!
+//! A forward block has a thread per two 16-byte vectors of its row, a backward block one per
+//! vector ([`reg_vecs`]), so that the kernels' register paths (rows of whole vectors) hold a row
+//! in those vectors per thread. In the forward, 16 elements a thread halve the per-row
+//! reductions' instructions per element against 8, which on an H200 bounded the forward at 72%
+//! of copy bandwidth (README "CUDA kernels on an H200"); the backward holds x and dy of two
+//! rows, and at 2 vectors needed 96 registers.
 //!
 //! The grid is persistent: at most `sm_count * blocks_per_sm` blocks loop over the rows with a
 //! grid stride. Shared memory holds the staged row(s) in the storage type
@@ -27,6 +34,14 @@ pub const WARP_MAX_N: usize = 1024;
 pub const WARP_THREADS: u32 = 128;
 /// Most threads per block of the block-per-row kernels (`NL_BLOCK_THREADS_MAX`).
 pub const BLOCK_THREADS_MAX: u32 = 512;
+/// 16-byte vectors of a row each thread of a block kernel holds in registers (`nl::FWD_REG_VECS`,
+/// `nl::BWD_REG_VECS`): the block kernels get 32 * ceil(n / (32 * VEC * this)) threads.
+pub const fn reg_vecs(dir: Direction) -> usize {
+    match dir {
+        Direction::Forward => 2,
+        Direction::Backward => 1,
+    }
+}
 /// Elements per 16-byte vector.
 pub const VEC: usize = 8;
 /// Threads per block of the finalize kernel.
@@ -109,7 +124,7 @@ pub fn plan(
     let mapping = if n <= WARP_MAX_N { Mapping::Warp } else { Mapping::Block };
     let (block, groups) = match mapping {
         Mapping::Warp => (WARP_THREADS, (WARP_THREADS / 32) as usize),
-        Mapping::Block => ((32 * n.div_ceil(32 * VEC)).min(BLOCK_THREADS_MAX as usize).max(64) as u32, 1),
+        Mapping::Block => ((32 * n.div_ceil(32 * VEC * reg_vecs(dir))).min(BLOCK_THREADS_MAX as usize).max(64) as u32, 1),
     };
     let slots = row_slots(n);
     let per_group = match dir {

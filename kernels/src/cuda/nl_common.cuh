@@ -53,12 +53,14 @@ enum : int { VEC_LANES = 8 };
 // ------------------------------------------------------------------ storage conversions
 template <class T> struct Cvt;
 template <> struct Cvt<__half> {
+  enum : bool { IS_BF16 = false };
   static __device__ __forceinline__ float to(__half v) { return __half2float(v); }
   static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
   static __device__ __forceinline__ float bits_to(unsigned short b) { return __half2float(__ushort_as_half(b)); }
   static __device__ __forceinline__ unsigned short bits_from(float v) { return __half_as_ushort(__float2half_rn(v)); }
 };
 template <> struct Cvt<__nv_bfloat16> {
+  enum : bool { IS_BF16 = true };
   static __device__ __forceinline__ float to(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
   static __device__ __forceinline__ float bits_to(unsigned short b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
@@ -82,12 +84,30 @@ __device__ __forceinline__ float lanef(const uint4& u, int j) {
   return Cvt<T>::bits_to((unsigned short)(word_of(u, j >> 1) >> ((j & 1) * 16)));
 }
 
+/// Two floats, each rounded once to T (to nearest, ties to even), packed into a word: `lo` in
+/// the low half. On the GPU one instruction converts both (cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32,
+/// sm_80 and later) where two conversions, a shift and an or did; the bits are the same.
+template <class T>
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+#ifdef SIMT_CPU
+  return (unsigned)Cvt<T>::bits_from(lo) | ((unsigned)Cvt<T>::bits_from(hi) << 16);
+#else
+  unsigned w;
+  if constexpr (Cvt<T>::IS_BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  }
+  return w;
+#endif
+}
+
 /// Pack 8 floats, rounded once each to T, into a vector.
 template <class T>
 __device__ __forceinline__ uint4 pack8(const float (&f)[VEC_LANES]) {
   unsigned w[4];
 #pragma unroll
-  for (int i = 0; i < 4; i++) w[i] = (unsigned)Cvt<T>::bits_from(f[2 * i]) | ((unsigned)Cvt<T>::bits_from(f[2 * i + 1]) << 16);
+  for (int i = 0; i < 4; i++) w[i] = pack2<T>(f[2 * i], f[2 * i + 1]);
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 

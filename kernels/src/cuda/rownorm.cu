@@ -19,7 +19,11 @@
 // * a row with any non-finite input gets NaN statistics, so its output is all NaN.
 // * L-inf and Top-k select on |z| with ties going to the lowest index.
 //
-// Memory: each input element is read once from DRAM. The row is staged in shared memory in its
+// Memory: each input element is read once from DRAM. Block kernels whose rows are whole 16-byte
+// vectors with a thread per vector (n a multiple of 8 up to 8 * threads, aligned buffers; every
+// kind but Top-k, and the backward also not L-inf) hold the row in registers and load the next
+// row's vector before this row's reductions (fwd_regs, bwd_regs). The general path stages the
+// row in shared memory in its
 // storage type; every thread then reads back only the elements it loaded (the same mapping is
 // used for every pass), so between the load and the output no barrier is needed except inside
 // the reductions. Global accesses are 16-byte vectors (8 elements) on the aligned body of a row,
@@ -32,8 +36,8 @@
 //
 // Thread mapping: `warp` kernels give one row to a warp (short rows, n <= 1024, e.g. QK-norm with
 // head_dim 64..128); `block` kernels give one row to a block (wide rows). Both loop over rows with
-// a grid stride (persistent grid). Reductions are fixed trees (xor butterflies, then warp partials
-// summed in warp order), so results do not depend on scheduling.
+// a grid stride (persistent grid). Reductions are fixed trees (xor butterflies, then the warp
+// partials by the same butterfly), so results do not depend on scheduling.
 //
 // Top-k keeps, per thread, the TOPK_MAX largest |z| in registers (sorted insertion, compile-time
 // indices), then merges across the warp in k rounds of a (value, lane) argmax. k > TOPK_MAX is
@@ -57,6 +61,11 @@ enum Kind { RMS = 0, LAYER = 1, UNIT_L2 = 2, L1 = 3, LINF = 4, TOPK = 5 };
 constexpr int TOPK_MAX = 32;
 /// Elements of 16-bit storage in one 16-byte vector.
 constexpr int VEC = VEC_LANES;
+/// 16-byte vectors of a row each thread holds in the block kernels' register paths: the plan gives
+/// a block 32 * ceil(n / (32 * VEC * vectors)) threads (forward 2: fwd_regs; backward 1:
+/// bwd_regs, which holds x and dy of two rows and at 2 vectors needed 96 registers).
+constexpr int FWD_REG_VECS = 2;
+constexpr int BWD_REG_VECS = 1;
 /// Rows with max |x| inside [2^RESCUE_LO, 2^RESCUE_HI] are not rescaled (fp32 sums of squares of
 /// up to 2^40 elements stay finite and above the normal range).
 constexpr int RESCUE_LO = -30;
@@ -128,16 +137,19 @@ __device__ __forceinline__ void warp_argmax(float& v, i64& idx) {
   }
 }
 
-/// Block reductions: warp butterflies, then every thread adds the warp partials in warp order.
+/// Block reductions: warp butterflies; the warp partials go through shared memory and every warp
+/// combines them by the same butterfly (lane w holds warp w's partial), so every thread gets the
+/// same value from a fixed tree. (Each thread adding the partials one by one, as before, cost
+/// about 16 loads and adds per thread per reduction: with three reductions a row that was about
+/// half of the block forward's instructions, which is what bounded it on an H100 and an H200.)
 template <int SLOT>
 __device__ __forceinline__ float block_sum(float v) {
   __shared__ float red[32];
   v = warp_sum(v);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
-  float s = 0.0f;
-  const int nw = (int)(blockDim.x >> 5);
-  for (int w = 0; w < nw; w++) s += red[w];
+  const int nw = (int)(blockDim.x >> 5), lane = (int)(threadIdx.x & 31);
+  const float s = warp_sum(lane < nw ? red[lane] : 0.0f);
   __syncthreads();
   return s;
 }
@@ -155,9 +167,8 @@ __device__ __forceinline__ int group_sum_int(int v) {
   __shared__ int red_i[32];
   if ((threadIdx.x & 31) == 0) red_i[threadIdx.x >> 5] = v;
   __syncthreads();
-  int s = 0;
-  const int nw = (int)(blockDim.x >> 5);
-  for (int w = 0; w < nw; w++) s += red_i[w];
+  const int nw = (int)(blockDim.x >> 5), lane = (int)(threadIdx.x & 31);
+  const int s = warp_sum(lane < nw ? red_i[lane] : 0);
   __syncthreads();
   return s;
 }
@@ -169,9 +180,8 @@ __device__ __forceinline__ float group_max(float v) {
   __shared__ float red_m[32];
   if ((threadIdx.x & 31) == 0) red_m[threadIdx.x >> 5] = v;
   __syncthreads();
-  float s = red_m[0];
-  const int nw = (int)(blockDim.x >> 5);
-  for (int w = 1; w < nw; w++) s = fmaxf(s, red_m[w]);
+  const int nw = (int)(blockDim.x >> 5), lane = (int)(threadIdx.x & 31);
+  const float s = warp_max(lane < nw ? red_m[lane] : red_m[0]);
   __syncthreads();
   return s;
 }
@@ -491,27 +501,20 @@ __device__ __forceinline__ void store_row_e4m3(unsigned char* __restrict__ o, co
 // ------------------------------------------------------------------ forward
 /// OUT = OUT_E4M3: y is written as fp8 E4M3, round_e4m3(y_fp32 * out_scale), one rounding of the
 /// fp32 result (never through the 16-bit type).
-template <class T, int KIND, bool BLOCK, int OUT = OUT_SAME>
-__device__ __forceinline__ void fwd(const FwdParams& p, float out_scale = 1.0f) {
-  NL_DYNAMIC_SMEM(smem);
+/// The forward of one row staged in `s_x` (map `m`), given this thread's max |x| and count of
+/// non-finite elements: statistics, output and saved statistics. Every thread of the group calls
+/// it; the caller syncs the group before the staged slots are reused.
+template <class T, int KIND, bool BLOCK, int OUT>
+__device__ __forceinline__ void fwd_staged_row(const FwdParams& p, float out_scale, const T* s_x, const RowMap& m, i64 row,
+                                               float amax, int bad) {
   typedef Group<BLOCK> Gr;
   const int n = p.n;
   const int G = Gr::size(), r = Gr::rank();
-  T* s_x = reinterpret_cast<T*>(smem) + (i64)Gr::index_in_block() * row_slots(n);
   const T* __restrict__ wgt = static_cast<const T*>(p.weight);
   const T* __restrict__ bia = static_cast<const T*>(p.bias);
   const float inv_n = recip((float)n);
   const bool centred = p.centred != 0;
-  const i64 stride = (i64)gridDim.x * Gr::per_block();
-  for (i64 row = (i64)blockIdx.x * Gr::per_block() + Gr::index_in_block(); row < p.rows; row += stride) {
-    const T* xr = static_cast<const T*>(p.x) + row * n;
-    const RowMap m = row_map(xr, n, p.vec_ok);
-    float amax = 0.0f;
-    int bad = 0;
-    load_row<T>(xr, s_x, m, G, r, [&](i64, float v) {
-      amax = fmaxf(amax, fabsf(v));
-      bad += isfinite(v) ? 0 : 1;
-    });
+  {
     amax = group_max<BLOCK>(amax);
     bad = group_sum_int<BLOCK>(bad);
     float hi = 0.0f, lo = 0.0f, s;
@@ -599,11 +602,564 @@ __device__ __forceinline__ void fwd(const FwdParams& p, float out_scale = 1.0f) 
       store_row<T>(static_cast<T*>(p.y) + row * n, s_x, static_cast<const T*>(nullptr), m, G, r, out);
     }
     if (p.stats && r == 0) p.stats[row] = make_float4(hi, lo, s, stats_meta(e, clamped));
+  }
+}
+
+/// True if the forward can hold rows in registers (fwd_regs): not Top-k, every row is whole
+/// 16-byte vectors (n a multiple of 8, x, y, weight and bias 16-byte aligned; fp8 output 8-byte
+/// aligned), and a block has a thread per FWD_REG_VECS vectors, or (warp kernels) a row has at
+/// most 32 vectors (n <= 256). Uniform over the grid.
+template <int KIND, int OUT, bool BLOCK>
+__device__ __forceinline__ bool fwd_regs_ok(const FwdParams& p) {
+  if (KIND == TOPK) return false;
+  const unsigned long long a = (unsigned long long)p.x | (unsigned long long)p.weight | (unsigned long long)p.bias;
+  const unsigned long long y = (unsigned long long)p.y;
+  const bool y_ok = OUT == OUT_SAME ? (y & 15) == 0 : (y & 7) == 0;
+  const int nvec = p.n / VEC;
+  return p.vec_ok && (a & 15) == 0 && y_ok && (p.n & (VEC - 1)) == 0 && (BLOCK ? nvec <= FWD_REG_VECS * (int)blockDim.x : nvec <= 32);
+}
+
+/// Sum, maximum and int sum over aligned segments of `width` lanes (a power of two up to 32) by an
+/// xor butterfly: every lane of a segment ends with the segment's value (a fixed tree).
+__device__ __forceinline__ float seg_sum(float v, int width) {
+  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float seg_max(float v, int width) {
+  for (int o = width >> 1; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ int seg_sum_int(int v, int width) {
+  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Reduce NS sums and NM maxima over the group at once: warp butterflies, then (block) the warp
+/// partials through shared memory and the same butterfly in every warp, with one barrier. The
+/// shared slots alternate with `parity` so that the next reduction needs no second barrier: its
+/// writes go to the other slots, and the one after it comes after a barrier every thread passed
+/// only once done reading these. Every thread gets the same values (a fixed tree). Warp kernels'
+/// register path: the group is a segment of `width` lanes (seg_sum, seg_max).
+template <bool BLOCK, int NS, int NM>
+__device__ __forceinline__ void group_reduce(float (&sums)[NS], float (&maxes)[NM], int& parity, int width = 32) {
+  if (!BLOCK) {
+#pragma unroll
+    for (int k = 0; k < NS; k++) sums[k] = seg_sum(sums[k], width);
+#pragma unroll
+    for (int k = 0; k < NM; k++) maxes[k] = seg_max(maxes[k], width);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < NS; k++) sums[k] = warp_sum(sums[k]);
+#pragma unroll
+  for (int k = 0; k < NM; k++) maxes[k] = warp_max(maxes[k]);
+  if (!BLOCK) return;
+  __shared__ float red_r[2][NS + NM][32];
+  const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < NS; k++) red_r[parity][k][warp] = sums[k];
+#pragma unroll
+    for (int k = 0; k < NM; k++) red_r[parity][NS + k][warp] = maxes[k];
+  }
+  __syncthreads();
+  const int l = lane < nw ? lane : 0;
+#pragma unroll
+  for (int k = 0; k < NS; k++) sums[k] = warp_sum(lane < nw ? red_r[parity][k][l] : 0.0f);
+#pragma unroll
+  for (int k = 0; k < NM; k++) maxes[k] = warp_max(red_r[parity][NS + k][l]);
+  parity ^= 1;
+}
+
+/// L-inf's selection key of element i with |z| = a: the larger a wins, then the lower index, as
+/// a (value, index) argmax with ties to the lowest index; a NaN is never selected, as in the
+/// staged path (key 0: no element). a >= 0, so its bits order as the values do.
+__device__ __forceinline__ unsigned long long argmax_key(float a, i64 i) {
+  return a == a ? ((unsigned long long)__float_as_uint(a) << 32) | (0xffffffffu - (unsigned)i) : 0ull;
+}
+__device__ __forceinline__ i64 argmax_index(unsigned long long key, int n) {
+  return key ? (i64)(0xffffffffu - (unsigned)(key & 0xffffffffu)) : (i64)n;
+}
+__device__ __forceinline__ unsigned long long shfl_xor_u64(unsigned long long v, int o) {
+  const unsigned lo = __shfl_xor_sync(0xffffffffu, (unsigned)(v & 0xffffffffu), o);
+  const unsigned hi = __shfl_xor_sync(0xffffffffu, (unsigned)(v >> 32), o);
+  return ((unsigned long long)hi << 32) | lo;
+}
+
+/// group_reduce of one sum and one argmax key (largest) at once, one barrier (block), the same
+/// parity scheme and trees.
+template <bool BLOCK>
+__device__ __forceinline__ void group_reduce_key(float& sum, unsigned long long& key, int& parity, int width) {
+  const int w0 = BLOCK ? 32 : width;
+  for (int o = w0 >> 1; o > 0; o >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const unsigned long long k2 = shfl_xor_u64(key, o);
+    key = k2 > key ? k2 : key;
+  }
+  if (!BLOCK) return;
+  __shared__ float red_s[2][32];
+  __shared__ unsigned long long red_k[2][32];
+  const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
+  if (lane == 0) {
+    red_s[parity][warp] = sum;
+    red_k[parity][warp] = key;
+  }
+  __syncthreads();
+  sum = lane < nw ? red_s[parity][lane] : 0.0f;
+  key = lane < nw ? red_k[parity][lane] : 0ull;
+  for (int o = 16; o > 0; o >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const unsigned long long k2 = shfl_xor_u64(key, o);
+    key = k2 > key ? k2 : key;
+  }
+  parity ^= 1;
+}
+
+/// A 16-byte load of 8 elements that only this kernel reads (ld.global.nc).
+template <class T>
+__device__ __forceinline__ uint4 load16(const T* __restrict__ g) {
+  return *reinterpret_cast<const uint4*>(g);
+}
+
+/// A row's part held in registers by one thread of a block kernel: V 16-byte vectors, the
+/// k-th being the group's vector r + k G (the vector load_row gives thread r on its k-th step),
+/// elements (r + k G) VEC .. + 7. Vectors past the row's end are not loaded and not used.
+template <int V>
+struct RegRow {
+  uint4 v[V];
+};
+
+/// This thread's vectors of a row in registers: which exist and where they start. The group is a
+/// block (r its thread, G its size) or, in the warp kernels, a segment of G lanes of a warp (r
+/// the lane in it); `valid` is false for a segment past the last row, which still takes part in
+/// the shuffles but loads and stores nothing.
+struct RegMap {
+  int r, G, nvec;
+  bool valid;
+  __device__ __forceinline__ bool has(int k) const { return valid && r + k * G < nvec; }
+  __device__ __forceinline__ i64 col(int k) const { return (i64)(r + k * G) * VEC; }
+  __device__ __forceinline__ bool leader() const { return valid && r == 0; }
+};
+
+/// Load this thread's vectors of row `g` (ld.global.nc).
+template <class T, int V>
+__device__ __forceinline__ void load_regs(RegRow<V>& q, const T* __restrict__ g, const RegMap& m) {
+#pragma unroll
+  for (int k = 0; k < V; k++)
+    if (m.has(k)) q.v[k] = load16(g + m.col(k));
+}
+
+/// The statistics and output of one row held in registers (fwd_regs), after the first reduction
+/// gave max |x| and the kind's first sum `s1` of the unscaled row. SCALED: the row needs the
+/// rescue by 2^-e (e != 0): every pass works on sc(x) and `s1` is recomputed on it (sc is a
+/// multiplication by powers of two, so the scaled row's max x and max -x are sc of the unscaled
+/// ones). Not SCALED: sc is the identity and x is used as loaded. The operations are the staged
+/// path's (fwd_staged_row) on the same values; only the reductions' tree differs.
+template <class T, int KIND, bool BLOCK, int OUT, bool SCALED, int V>
+__device__ __forceinline__ void fwd_regs_row(const FwdParams& p, float out_scale, const RegRow<V>& cur, const RegMap& m,
+                                             i64 row, int e, float s1, float xmax, float nxmin, bool bad, int& parity) {
+  const int n = p.n;
+  const T* __restrict__ wgt = static_cast<const T*>(p.weight);
+  const T* __restrict__ bia = static_cast<const T*>(p.bias);
+  const float inv_n = recip((float)n);
+  const bool centred = p.centred != 0;
+  const Scale sc(SCALED ? e : 0);
+  auto xs = [&](int k, int j) {
+    const float v = lanef<T>(cur.v[k], j);
+    return SCALED ? sc(v) : v;
+  };
+  float none[1] = {0.0f};
+  if (SCALED) {
+    float a[1] = {0.0f};
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      if (!m.has(k)) continue;
+#pragma unroll
+      for (int j = 0; j < VEC; j++) {
+        const float v = xs(k, j);
+        if (KIND == RMS || KIND == UNIT_L2) a[0] += v * v;
+        else if (KIND == L1 && !centred) a[0] += fabsf(v);
+        else a[0] += v;
+      }
+    }
+    group_reduce<BLOCK>(a, none, parity, m.G);
+    s1 = a[0];
+    xmax = sc(xmax);
+    nxmin = sc(nxmin);
+  }
+  const bool l2 = KIND == RMS || KIND == LAYER;
+  // eps of the scaled row: eps 2^-2e inside a mean square, eps 2^-e on a scale.
+  const float eps_s = l2 ? sc(sc(p.eps)) : sc(p.eps);
+  float hi = 0.0f, lo = 0.0f, stat;
+  if (centred) hi = s1 * inv_n;
+  if (KIND == RMS || KIND == UNIT_L2) {
+    stat = KIND == RMS ? s1 * inv_n : norm_from_sumsq(s1);
+  } else if (KIND == LAYER) {
+    float s2[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      if (!m.has(k)) continue;
+#pragma unroll
+      for (int j = 0; j < VEC; j++) {
+        const float t = xs(k, j) - hi;
+        s2[0] += t;
+        s2[1] += t * t;
+      }
+    }
+    group_reduce<BLOCK>(s2, none, parity, m.G);
+    lo = s2[0] * inv_n;
+    stat = fmaxf(s2[1] * inv_n - lo * lo, 0.0f);
+  } else {
+    if (centred) {
+      float d[1] = {0.0f};
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        if (!m.has(k)) continue;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) d[0] += xs(k, j) - hi;
+      }
+      group_reduce<BLOCK>(d, none, parity, m.G);
+      lo = d[0] * inv_n;
+    }
+    if (KIND == L1) {
+      if (centred) {
+        float a[1] = {0.0f};
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+          if (!m.has(k)) continue;
+#pragma unroll
+          for (int j = 0; j < VEC; j++) a[0] += fabsf((xs(k, j) - hi) - lo);
+        }
+        group_reduce<BLOCK>(a, none, parity, m.G);
+        stat = a[0] * inv_n;
+      } else {
+        stat = s1 * inv_n;
+      }
+    } else {  // LINF: max |z| at x's extremes (z is non-decreasing in x); uncentred: max(xmax, -xmin)
+      stat = centred ? fmaxf(fmaxf(0.0f, (xmax - hi) - lo), -((-nxmin - hi) - lo)) : fmaxf(fmaxf(0.0f, xmax), nxmin);
+    }
+  }
+  float s;
+  bool clamped = false;
+  if (!isfinite(eps_s)) {
+    // eps dominates completely (a tiny row scaled up): D = sqrt(eps) or eps, unscaled.
+    const float d = l2 ? norm_from_sumsq(p.eps) : p.eps;
+    s = Scale(-e)(recip(d));
+    clamped = KIND == UNIT_L2;
+  } else if (KIND == RMS || KIND == LAYER) {
+    s = rsqrtf(stat + eps_s);
+  } else if (KIND == UNIT_L2) {
+    clamped = !(stat >= eps_s);
+    s = recip(clamped ? eps_s : stat);
+  } else {
+    s = recip(p.c * stat + eps_s);
+  }
+  if (bad) {  // a non-finite input: NaN statistics and output, as the staged path
+    hi = lo = s = f_nan();
+    clamped = false;
+  }
+#pragma unroll
+  for (int k = 0; k < V; k++) {
+    if (!m.has(k)) continue;
+    const i64 col = m.col(k);
+    Vec16 wq, bq;
+    if (wgt) wq.u = load16(wgt + col);
+    if (bia) bq.u = load16(bia + col);
+    auto out = [&](int j) {
+      float o = (centred ? (xs(k, j) - hi) - lo : xs(k, j)) * s;
+      if (wgt) o *= lanef<T>(wq.u, j);
+      if (bia) o += lanef<T>(bq.u, j);
+      return o;
+    };
+    if constexpr (OUT == OUT_E4M3) {
+      unsigned w[2] = {0u, 0u};
+#pragma unroll
+      for (int j = 0; j < VEC; j++) w[j >> 2] |= e4m3_from_f32(__fmul_rn(out(j), out_scale)) << (8 * (j & 3));
+      store8(reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.y) + row * n + col), make_uint2(w[0], w[1]));
+    } else {
+      // Packed a pair at a time, so that at most two outputs are live.
+      store16(static_cast<T*>(p.y) + row * n + col,
+              make_uint4(pack2<T>(out(0), out(1)), pack2<T>(out(2), out(3)), pack2<T>(out(4), out(5)), pack2<T>(out(6), out(7))));
+    }
+  }
+  if (p.stats && m.leader()) p.stats[row] = make_float4(hi, lo, s, stats_meta(e, clamped));
+}
+
+/// The forward with each row held in registers, V 16-byte vectors per thread (RegRow),
+/// the next row's vectors loaded before this row's reductions so that its DRAM latency overlaps
+/// them; no shared memory but the reductions'. For every kind but Top-k (whose time is its
+/// merge). One reduction gives max |x| and the kind's first sum (sum x^2, sum x, or sum |x|),
+/// plus max x and max -x for L-inf. A non-finite input makes that sum non-finite; only then are
+/// the non-finite inputs counted (a finite row of bf16 can overflow the sum too), and a row with
+/// any gets all-NaN output and statistics, as the staged path. Reductions per row: RMS, unit L2,
+/// uncentred L1 and L-inf 1; LayerNorm and centred L-inf 2 (max |z| is
+/// max(fl(fl(xmax - hi) - lo), -fl(fl(xmin - hi) - lo)), z being non-decreasing in x); centred
+/// L1 3; a rescued row one more.
+template <class T, int KIND, bool BLOCK, int OUT>
+__device__ __forceinline__ void fwd_regs(const FwdParams& p, float out_scale) {
+  typedef Group<BLOCK> Gr;
+  constexpr int V = BLOCK ? FWD_REG_VECS : 1;
+  const int n = p.n;
+  const T* __restrict__ xg = static_cast<const T*>(p.x);
+  const bool centred = p.centred != 0;
+  // Block: the block is the group. Warp: segments of L lanes (the vectors' count rounded up to a
+  // power of two), 32 / L rows per warp at a time.
+  int L = 1;
+  while (!BLOCK && L < n / VEC) L <<= 1;
+  const int lane = (int)(threadIdx.x & 31);
+  const int seg = BLOCK ? 0 : lane / L;
+  const int per_group = BLOCK ? 1 : 32 / L;  // rows a group (block or warp) holds at a time
+  RegMap m{BLOCK ? Gr::rank() : lane % L, BLOCK ? Gr::size() : L, n / VEC, true};
+  const i64 stride = (i64)gridDim.x * Gr::per_block() * per_group;
+  i64 first = ((i64)blockIdx.x * Gr::per_block() + Gr::index_in_block()) * per_group;
+  RegRow<V> cur, nxt;
+#pragma unroll
+  for (int k = 0; k < V; k++) cur.v[k] = nxt.v[k] = make_uint4(0u, 0u, 0u, 0u);
+  m.valid = first + seg < p.rows;
+  load_regs(cur, xg + (first + seg) * n, m);
+  int parity = 0;
+  // The loop condition is the group's (uniform), not the segment's: every lane takes part in
+  // every shuffle; a segment past the last row has valid = false.
+  for (i64 b = first; b < p.rows; b += stride) {
+    const i64 row = b + seg;
+    m.valid = row < p.rows;
+    {
+      RegMap mn = m;
+      mn.valid = row + stride < p.rows;
+      load_regs(nxt, xg + (row + stride) * n, mn);
+    }
+    constexpr int NM = KIND == LINF ? 3 : 1;  // max |x|; L-inf also max x and max -x
+    float sums[1] = {0.0f};
+    float maxes[NM];
+    maxes[0] = 0.0f;
+    if (NM == 3) maxes[1] = maxes[NM - 1] = -f_inf();
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      if (!m.has(k)) continue;
+#pragma unroll
+      for (int j = 0; j < VEC; j++) {
+        const float v = lanef<T>(cur.v[k], j);
+        maxes[0] = fmaxf(maxes[0], fabsf(v));
+        if (KIND == RMS || KIND == UNIT_L2) sums[0] += v * v;
+        else if (KIND == L1 && !centred) sums[0] += fabsf(v);
+        else sums[0] += v;
+        if (NM == 3) {
+          maxes[1] = fmaxf(maxes[1], v);
+          maxes[NM - 1] = fmaxf(maxes[NM - 1], -v);
+        }
+      }
+    }
+    group_reduce<BLOCK>(sums, maxes, parity, m.G);
+    // Branches around collectives must be uniform over the warp: a warp's segments agree first.
+    bool check = !isfinite(sums[0]);
+    if (!BLOCK) check = __any_sync(0xffffffffu, check);
+    int bad = 0;
+    if (check) {
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        if (!m.has(k)) continue;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) bad += isfinite(lanef<T>(cur.v[k], j)) ? 0 : 1;
+      }
+      bad = BLOCK ? group_sum_int<BLOCK>(bad) : seg_sum_int(bad, m.G);
+    }
+    const int e = bad ? 0 : rescue_exponent<RESCUE_LO, RESCUE_HI>(maxes[0]);
+    bool scaled = e != 0;
+    if (!BLOCK) scaled = __any_sync(0xffffffffu, scaled);
+    const float xmax = NM == 3 ? maxes[1] : 0.0f, nxmin = NM == 3 ? maxes[NM - 1] : 0.0f;
+    if (!scaled) fwd_regs_row<T, KIND, BLOCK, OUT, false, V>(p, out_scale, cur, m, row, 0, sums[0], xmax, nxmin, bad != 0, parity);
+    else fwd_regs_row<T, KIND, BLOCK, OUT, true, V>(p, out_scale, cur, m, row, e, sums[0], xmax, nxmin, bad != 0, parity);
+    cur = nxt;
+  }
+}
+
+template <class T, int KIND, bool BLOCK, int OUT = OUT_SAME>
+__device__ __forceinline__ void fwd(const FwdParams& p, float out_scale = 1.0f) {
+  if (fwd_regs_ok<KIND, OUT, BLOCK>(p)) {
+    fwd_regs<T, KIND, BLOCK, OUT>(p, out_scale);
+    return;
+  }
+  NL_DYNAMIC_SMEM(smem);
+  typedef Group<BLOCK> Gr;
+  const int n = p.n;
+  const int G = Gr::size(), r = Gr::rank();
+  T* s_x = reinterpret_cast<T*>(smem) + (i64)Gr::index_in_block() * row_slots(n);
+  const i64 stride = (i64)gridDim.x * Gr::per_block();
+  for (i64 row = (i64)blockIdx.x * Gr::per_block() + Gr::index_in_block(); row < p.rows; row += stride) {
+    const T* xr = static_cast<const T*>(p.x) + row * n;
+    const RowMap m = row_map(xr, n, p.vec_ok);
+    float amax = 0.0f;
+    int bad = 0;
+    load_row<T>(xr, s_x, m, G, r, [&](i64, float v) {
+      amax = fmaxf(amax, fabsf(v));
+      bad += isfinite(v) ? 0 : 1;
+    });
+    fwd_staged_row<T, KIND, BLOCK, OUT>(p, out_scale, s_x, m, row, amax, bad);
     Gr::sync();  // the next row may map shared slots to other threads
   }
 }
 
 // ------------------------------------------------------------------ backward
+/// True if the backward can hold rows in registers (bwd_regs): every kind but Top-k, rows of whole 16-byte vectors (n a multiple of 8; x, dy, dx and
+/// weight 16-byte aligned) and a thread per vector (block kernels) or at most 32 vectors (warp
+/// kernels, n <= 256). Uniform over the grid.
+template <int KIND, bool BLOCK>
+__device__ __forceinline__ bool bwd_regs_ok(const BwdParams& p) {
+  if (KIND == TOPK) return false;
+  const unsigned long long a =
+      (unsigned long long)p.x | (unsigned long long)p.dy | (unsigned long long)p.dx | (unsigned long long)p.weight;
+  const int nvec = p.n / VEC;
+  return p.vec_ok && (a & 15) == 0 && (p.n & (VEC - 1)) == 0 && (BLOCK ? nvec <= BWD_REG_VECS * (int)blockDim.x : nvec <= 32);
+}
+
+/// The backward of one row held in registers (bwd_regs): x in `cx`, dy in `cdy`, statistics `st`.
+/// SCALED: the forward rescued the row by 2^-e (e != 0), so x is scaled as the staged path does;
+/// otherwise sc is the identity and is skipped. The same operations as the staged path on the
+/// same values (its dz and the dweight/dbias accumulation in shared memory, in row order), with
+/// the reductions' own tree.
+template <class T, int KIND, bool BLOCK, bool SCALED>
+__device__ __forceinline__ void bwd_regs_row(const BwdParams& p, const RegRow<BWD_REG_VECS>& cx, const RegRow<BWD_REG_VECS>& cdy, const RegMap& m,
+                                             i64 row, const float4& st, float* acc_dw, float* acc_db, int seg, int per_group,
+                                             int& parity) {
+  const int n = p.n;
+  const T* __restrict__ wgt = static_cast<const T*>(p.weight);
+  const float inv_n = recip((float)n);
+  const bool centred = p.centred != 0;
+  const bool want_dw = acc_dw != nullptr, want_db = acc_db != nullptr;
+  const float hi = st.x, lo = st.y, s = st.z;
+  const int meta = __float_as_int(st.w);
+  const Scale sc(SCALED ? (meta >> 1) : 0);
+  const bool clamped = (meta & 1) != 0;
+  auto zof = [&](int k, int j) {
+    const float v = lanef<T>(cx.v[k], j);
+    const float x = SCALED ? sc(v) : v;
+    return centred ? (x - hi) - lo : x;
+  };
+  RegRow<BWD_REG_VECS> wq;
+#pragma unroll
+  for (int k = 0; k < BWD_REG_VECS; k++) wq.v[k] = make_uint4(0u, 0u, 0u, 0u);
+  if (wgt) load_regs(wq, wgt, m);
+  auto gof = [&](int k, int j) {
+    const float dy = lanef<T>(cdy.v[k], j);
+    return wgt ? dy * lanef<T>(wq.v[k], j) : dy;
+  };
+  float none[1] = {0.0f};
+  if (want_dw || want_db) {
+    // A warp's segments share its accumulators: they add in turn, rows in order.
+    for (int sg = 0; sg < per_group; sg++) {
+      if (sg == seg) {
+#pragma unroll
+        for (int k = 0; k < BWD_REG_VECS; k++) {
+          if (!m.has(k)) continue;
+          const i64 col = m.col(k);
+#pragma unroll
+          for (int j = 0; j < VEC; j++) {
+            const float xh = zof(k, j) * s;
+            if (want_dw) acc_dw[col + j] += lanef<T>(cdy.v[k], j) * xh;
+            if (want_db) acc_db[col + j] += lanef<T>(cdy.v[k], j);
+          }
+        }
+      }
+      if (!BLOCK && per_group > 1) __syncwarp();
+    }
+  }
+  float dot[1] = {0.0f};
+  unsigned long long key = 0ull;  // L-inf: the largest |z|, lowest index first
+#pragma unroll
+  for (int k = 0; k < BWD_REG_VECS; k++) {
+    if (!m.has(k)) continue;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      dot[0] += gof(k, j) * (zof(k, j) * s);
+      if (KIND == LINF) {
+        const unsigned long long kj = argmax_key(fabsf(zof(k, j)), m.col(k) + j);
+        key = kj > key ? kj : key;
+      }
+    }
+  }
+  if (KIND == LINF) group_reduce_key<BLOCK>(dot[0], key, parity, m.G);
+  else group_reduce<BLOCK>(dot, none, parity, m.G);
+  const float d = dot[0];
+  const i64 argmax = KIND == LINF ? argmax_index(key, n) : (i64)n;
+  auto dz = [&](int k, int j) {
+    const float z = zof(k, j);
+    const float xh = z * s;
+    const float g = gof(k, j);
+    const float sg = z > 0.0f ? 1.0f : (z < 0.0f ? -1.0f : 0.0f);
+    if (KIND == RMS || KIND == LAYER) return s * (g - xh * (d * inv_n));
+    if (KIND == UNIT_L2) return clamped ? s * g : s * (g - xh * d);
+    if (KIND == LINF) return m.col(k) + j == argmax ? s * g - s * (sg * (d * p.c)) : s * g;
+    return s * (g - sg * (d * p.c * inv_n));  // L1
+  };
+  float mean = 0.0f;
+  if (centred) {
+    float a[1] = {0.0f};
+#pragma unroll
+    for (int k = 0; k < BWD_REG_VECS; k++) {
+      if (!m.has(k)) continue;
+#pragma unroll
+      for (int j = 0; j < VEC; j++) a[0] += dz(k, j);
+    }
+    group_reduce<BLOCK>(a, none, parity, m.G);
+    mean = a[0] * inv_n;
+  }
+#pragma unroll
+  for (int k = 0; k < BWD_REG_VECS; k++) {
+    if (!m.has(k)) continue;
+    auto dx = [&](int j) {
+      const float v = dz(k, j) - mean;
+      return SCALED ? sc(v) : v;
+    };
+    store16(static_cast<T*>(p.dx) + row * n + m.col(k),
+            make_uint4(pack2<T>(dx(0), dx(1)), pack2<T>(dx(2), dx(3)), pack2<T>(dx(4), dx(5)), pack2<T>(dx(6), dx(7))));
+  }
+}
+
+/// The backward with each row's x and dy held in registers (RegRow each), the next row's loaded
+/// before this row's reductions; dweight and dbias accumulate in the group's shared-memory rows
+/// as in the staged path (a thread only touches its own columns; a warp's segments take turns).
+/// Warp kernels: segments of L lanes, 32 / L rows per warp at a time, as fwd_regs. Reductions
+/// per row: 1 (dot), centred kinds 2 (and mean dz).
+template <class T, int KIND, bool BLOCK>
+__device__ __forceinline__ void bwd_regs(const BwdParams& p, float* acc_dw, float* acc_db) {
+  typedef Group<BLOCK> Gr;
+  const int n = p.n;
+  const T* __restrict__ xg = static_cast<const T*>(p.x);
+  const T* __restrict__ dyg = static_cast<const T*>(p.dy);
+  int L = 1;
+  while (!BLOCK && L < n / VEC) L <<= 1;
+  const int lane = (int)(threadIdx.x & 31);
+  const int seg = BLOCK ? 0 : lane / L;
+  const int per_group = BLOCK ? 1 : 32 / L;
+  RegMap m{BLOCK ? Gr::rank() : lane % L, BLOCK ? Gr::size() : L, n / VEC, true};
+  const i64 stride = (i64)gridDim.x * Gr::per_block() * per_group;
+  const i64 first = ((i64)blockIdx.x * Gr::per_block() + Gr::index_in_block()) * per_group;
+  RegRow<BWD_REG_VECS> cx, cdy, nx, ndy;
+#pragma unroll
+  for (int k = 0; k < BWD_REG_VECS; k++) cx.v[k] = cdy.v[k] = nx.v[k] = ndy.v[k] = make_uint4(0u, 0u, 0u, 0u);
+  m.valid = first + seg < p.rows;
+  load_regs(cx, xg + (first + seg) * n, m);
+  load_regs(cdy, dyg + (first + seg) * n, m);
+  int parity = 0;
+  for (i64 b = first; b < p.rows; b += stride) {  // uniform over the group, as fwd_regs
+    const i64 row = b + seg;
+    m.valid = row < p.rows;
+    {
+      RegMap mn = m;
+      mn.valid = row + stride < p.rows;
+      load_regs(nx, xg + (row + stride) * n, mn);
+      load_regs(ndy, dyg + (row + stride) * n, mn);
+    }
+    const float4 st = m.valid ? p.stats[row] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    bool scaled = (__float_as_int(st.w) >> 1) != 0;
+    if (!BLOCK) scaled = __any_sync(0xffffffffu, scaled);
+    if (!scaled) bwd_regs_row<T, KIND, BLOCK, false>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    else bwd_regs_row<T, KIND, BLOCK, true>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    cx = nx;
+    cdy = ndy;
+  }
+}
+
 template <class T, int KIND, bool BLOCK>
 __device__ __forceinline__ void bwd(const BwdParams& p) {
   NL_DYNAMIC_SMEM(smem);
@@ -630,6 +1186,12 @@ __device__ __forceinline__ void bwd(const BwdParams& p) {
   const float inv_n = recip((float)n);
   const bool centred = p.centred != 0;
   const i64 stride = (i64)gridDim.x * Gr::per_block();
+  bool in_registers = false;
+  if (bwd_regs_ok<KIND, BLOCK>(p)) {
+    bwd_regs<T, KIND, BLOCK>(p, want_dw ? acc_dw : nullptr, want_db ? acc_db : nullptr);
+    in_registers = true;
+  }
+  if (!in_registers)
   for (i64 row = (i64)blockIdx.x * Gr::per_block() + gi; row < p.rows; row += stride) {
     const T* xr = static_cast<const T*>(p.x) + row * n;
     const T* dyr = static_cast<const T*>(p.dy) + row * n;
@@ -905,11 +1467,20 @@ __device__ __forceinline__ void fwd_pure(const FwdVarParams& vp) {
 // its own occupancy target (32 registers for a 512-thread block, i.e. 4 blocks per SM) and
 // spills the few values that do not fit it (4-16 bytes: a shared-memory address, a loop bound),
 // even though the cap would allow 128. The values keep the occupancy ptxas chose where the code
-// fits it (forward warp 48 registers: 10 blocks of 128; forward block 40: 3 blocks of 512) and
-// give the backward and Top-k the registers they need (backward warp 72, block 64; Top-k's
-// 32-entry register lists up to 128). The compile gate requires zero local memory.
-#define NL_MINB_FWD_WARP(KIND) ((KIND) == nl::TOPK ? 5 : 10)
-#define NL_MINB_FWD_BLOCK(KIND) ((KIND) == nl::TOPK ? 2 : 3)
+// fits it (forward warp 48 registers: 10 blocks of 128) and give the rest the registers they
+// need: the block forward 64 (2 blocks of 512; its register path, two rows' vectors per thread,
+// spilled 24-104 bytes at 40, the 3 blocks' budget), the backward warp 72 and block 64, Top-k's
+// 32-entry register lists up to 128. The compile gate requires zero local memory.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+// sm_80: ptxas 12.9 spilled at the sm_90 budgets (LayerNorm's warp forward 4 B at 64 registers,
+// Top-k's block forward 84 B at 64), so these two get more registers there; sm_90 keeps the
+// budgets measured on the H200.
+#define NL_MINB_FWD_WARP(KIND) ((KIND) == nl::TOPK ? 5 : 7)
+#define NL_MINB_FWD_BLOCK(KIND) ((KIND) == nl::TOPK ? 1 : 2)
+#else
+#define NL_MINB_FWD_WARP(KIND) ((KIND) == nl::TOPK ? 5 : 8)
+#define NL_MINB_FWD_BLOCK(KIND) 2
+#endif
 #define NL_MINB_BWD_WARP(KIND) ((KIND) == nl::TOPK ? 4 : 7)
 #define NL_MINB_BWD_BLOCK(KIND) ((KIND) == nl::TOPK ? 1 : 2)
 

@@ -107,14 +107,21 @@ void run_variant(const char* name, void (*fwd)(nl::FwdVarParams), int rows, int 
   run_variant<T>("nl_" #kname "_fwd_" #tn "_pure_warp", nl_##kname##_fwd_##tn##_pure_warp, 9, 45, true, 3, 3, false); \
   run_variant<T>("nl_" #kname "_fwd_" #tn "_pure_block", nl_##kname##_fwd_##tn##_pure_block, 3, 1100, false, 5, 1, false); \
   run_variant<T>("nl_" #kname "_fwd_" #tn "_e4m3_warp", nl_##kname##_fwd_##tn##_e4m3_warp, 9, 45, true, 3, 2, true); \
-  run_variant<T>("nl_" #kname "_fwd_" #tn "_e4m3_block", nl_##kname##_fwd_##tn##_e4m3_block, 3, 1100, false, 5, 16, true);
+  run_variant<T>("nl_" #kname "_fwd_" #tn "_e4m3_block", nl_##kname##_fwd_##tn##_e4m3_block, 3, 1100, false, 5, 16, true); \
+  run_variant<T>("nl_" #kname "_fwd_" #tn "_e4m3_warp_regs", nl_##kname##_fwd_##tn##_e4m3_warp, 9, 64, true, 3, 0, true); \
+  run_variant<T>("nl_" #kname "_fwd_" #tn "_e4m3_block_regs", nl_##kname##_fwd_##tn##_e4m3_block, 5, 1040, false, 5, 0, true);
 #define NL_RUN_VARIANT_DTYPE(tn, T, ...) NL_FOR_EACH_KIND(NL_RUN_VARIANT_KIND, tn, T)
 
 #define NL_RUN_KIND(kname, KIND, tn, T)                                                                            \
   run<T>("nl_" #kname "_" #tn "_warp", nl_##kname##_fwd_##tn##_warp, nl_##kname##_bwd_##tn##_warp, nl_finalize_##tn, \
          9, 45, true, 3, 3);                                                                                       \
   run<T>("nl_" #kname "_" #tn "_block", nl_##kname##_fwd_##tn##_block, nl_##kname##_bwd_##tn##_block,              \
-         nl_finalize_##tn, 3, 1100, false, 5, 1);
+         nl_finalize_##tn, 3, 1100, false, 5, 1);                                                                  \
+  /* the register paths: aligned rows of whole vectors (warp: 8-lane segments, 4 rows a warp) */                  \
+  run<T>("nl_" #kname "_" #tn "_warp_regs", nl_##kname##_fwd_##tn##_warp, nl_##kname##_bwd_##tn##_warp,            \
+         nl_finalize_##tn, 9, 64, true, 3, 0);                                                                     \
+  run<T>("nl_" #kname "_" #tn "_block_regs", nl_##kname##_fwd_##tn##_block, nl_##kname##_bwd_##tn##_block,         \
+         nl_finalize_##tn, 5, 1040, false, 5, 0);
 #define NL_RUN_DTYPE(tn, T, ...) NL_FOR_EACH_KIND(NL_RUN_KIND, tn, T)
 
 int main() {
