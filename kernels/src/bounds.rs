@@ -1,6 +1,7 @@
 //! The forward error bound of the normalization kernels against the f64 reference
 //! (kernels/README.md, "Bounds"), in one place, so that the emulator tests and `normlab
-//! gpu-check` check the same statement.
+//! gpu-check` check the same statement; and the backward's allowance for a Top-k or L-inf
+//! selection tied at fp32 resolution ([`selection_tie_slack`]).
 //!
 //! An output may differ from the reference by at most 1 ulp of its storage type beyond an
 //! absolute allowance for the fp32 steps whose error is not relative to the output:
