@@ -40,8 +40,8 @@ pub const BOUND_ULP: f64 = 1.0;
 /// more rows than a persistent grid holds on an H100 (20000 rows of 64 for the warp kernels:
 /// above 132 SMs x 16 blocks x 4 rows; 2000 rows of 1100 for the block kernels), so that the
 /// grid-stride loops run more than once per block; 700 rows of 2048 do that on the block kernels'
-/// register path (n a multiple of 8, a thread per 16-byte vector), whose loop carries the next
-/// row's load from one row to the next.
+/// register path (n a multiple of 8, aligned rows), whose loop carries the next row's load from
+/// one row to the next.
 pub const SHAPES: [(usize, usize); 13] = [
     (1, 1),
     (3, 7),
