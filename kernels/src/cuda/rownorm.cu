@@ -448,6 +448,27 @@ struct Scale {
   __device__ __forceinline__ float operator()(float v) const { return (v * f1) * f2; }
 };
 
+// ------------------------------------------------------------------ the scale from the statistic
+/// The row's scale s = 1 / D from the kind's statistic of the (scaled) row and eps of the scaled
+/// row `eps_s`; `eps` and `c` as given, `e` the row's rescue exponent. Sets `clamped` for unit L2
+/// when the norm is below eps. Shared by the staged and the register paths.
+template <int KIND>
+__device__ __forceinline__ float scale_of_stat(float stat, float eps_s, float eps, float c, int e, bool& clamped) {
+  const bool l2 = KIND == RMS || KIND == LAYER;
+  if (!isfinite(eps_s)) {
+    // eps dominates completely (a tiny row scaled up): D = sqrt(eps) or eps, unscaled.
+    const float d = l2 ? norm_from_sumsq(eps) : eps;
+    clamped = KIND == UNIT_L2;
+    return Scale(-e)(recip(d));
+  }
+  if (KIND == RMS || KIND == LAYER) return rsqrtf(stat + eps_s);
+  if (KIND == UNIT_L2) {
+    clamped = !(stat >= eps_s);
+    return recip(clamped ? eps_s : stat);
+  }
+  return recip(c * stat + eps_s);
+}
+
 // ------------------------------------------------------------------ fp8 output
 /// Output storage of the forward: the input's 16-bit type, or fp8 E4M3 with a scale.
 enum Out { OUT_SAME = 0, OUT_E4M3 = 1 };
@@ -575,19 +596,7 @@ __device__ __forceinline__ void fwd_staged_row(const FwdParams& p, float out_sca
           else stat = __int_as_float(0x7fc00000);
         }
       }
-      if (!isfinite(eps_s)) {
-        // eps dominates completely (a tiny row scaled up): D = sqrt(eps) or eps, unscaled.
-        const float d = l2 ? norm_from_sumsq(p.eps) : p.eps;
-        s = Scale(-e)(recip(d));
-        clamped = KIND == UNIT_L2;
-      } else if (KIND == RMS || KIND == LAYER) {
-        s = rsqrtf(stat + eps_s);
-      } else if (KIND == UNIT_L2) {
-        clamped = !(stat >= eps_s);
-        s = recip(clamped ? eps_s : stat);
-      } else {
-        s = recip(p.c * stat + eps_s);
-      }
+      s = scale_of_stat<KIND>(stat, eps_s, p.eps, p.c, e, clamped);
     }
     auto out = [&](i64 i, float v, float) {
       const float x = sc(v);
@@ -839,21 +848,8 @@ __device__ __forceinline__ void fwd_regs_row(const FwdParams& p, float out_scale
       stat = centred ? fmaxf(fmaxf(0.0f, (xmax - hi) - lo), -((-nxmin - hi) - lo)) : fmaxf(fmaxf(0.0f, xmax), nxmin);
     }
   }
-  float s;
   bool clamped = false;
-  if (!isfinite(eps_s)) {
-    // eps dominates completely (a tiny row scaled up): D = sqrt(eps) or eps, unscaled.
-    const float d = l2 ? norm_from_sumsq(p.eps) : p.eps;
-    s = Scale(-e)(recip(d));
-    clamped = KIND == UNIT_L2;
-  } else if (KIND == RMS || KIND == LAYER) {
-    s = rsqrtf(stat + eps_s);
-  } else if (KIND == UNIT_L2) {
-    clamped = !(stat >= eps_s);
-    s = recip(clamped ? eps_s : stat);
-  } else {
-    s = recip(p.c * stat + eps_s);
-  }
+  float s = scale_of_stat<KIND>(stat, eps_s, p.eps, p.c, e, clamped);
   if (bad) {  // a non-finite input: NaN statistics and output, as the staged path
     hi = lo = s = f_nan();
     clamped = false;
