@@ -280,6 +280,10 @@ unsafe fn rows<V: F32x16, S: Storage>(
     let mut sum_ahead = None;
     let prefetch = super::PREFETCH_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
     let early = super::EARLY_LINES.load(std::sync::atomic::Ordering::Relaxed);
+    // Streamed rows are computed into a staging row, then written out whole (`staged`).
+    let staged = ctx.stream_output && n >= W && staged::worth_staging::<S>(n) && stages_output();
+    let mut staging = staged::StagingRow::<S>::new(if staged { n } else { 0 });
+    let staged_ctx = RowCtx { stream_output: false, ..*ctx };
     for (r, ((yr, xr), st)) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()).enumerate() {
         // The row the next read from memory will be of: the next row, or for centred kinds
         // the one after (a centred row's first pass sums the next row too). The store pass
@@ -291,11 +295,16 @@ unsafe fn rows<V: F32x16, S: Storage>(
             _ => xr.as_ptr() as *const u8,
         };
         // Streamed rows store their groups from the first aligned address (`store_row`).
-        let head = if ctx.stream_output && n >= W { stream_head(yr.as_ptr()) } else { 0 };
+        let head = if ctx.stream_output && n >= W && !staged { stream_head(yr.as_ptr()) } else { 0 };
         let affine = scr.lanes.affine::<V>(w, b, head);
         let next = if ctx.centred { xc.get((r + 1) * n..(r + 2) * n) } else { None };
         let lines = EarlyLines::new(ctx, yr, ahead, early);
-        let (done, next_sum) = row::<V, S>(ctx, xr, yr, &affine, affine_max, &mut scr.a, &mut scr.b, sum_ahead.take(), next, lines);
+        // One call of `row` whichever the destination (a second would inline it twice).
+        let (row_ctx, out): (&RowCtx<f32>, &mut [S]) = if staged { (&staged_ctx, staging.row_for(yr)) } else { (ctx, &mut *yr) };
+        let (done, next_sum) = row::<V, S>(row_ctx, xr, out, &affine, affine_max, &mut scr.a, &mut scr.b, sum_ahead.take(), next, lines);
+        if staged && done.is_some() {
+            staged::write_out(staging.row_for(yr), yr);
+        }
         sum_ahead = next_sum;
         match done {
             Some((stats, bad)) => {
@@ -314,6 +323,23 @@ unsafe fn rows<V: F32x16, S: Storage>(
         sfence();
     }
     c
+}
+
+/// Whether streamed rows are staged ([`staged`]): `row::STAGED_OUTPUT`, which tests can
+/// turn off for their own thread (`UNSTAGED`) to compare the two ways bit for bit.
+#[inline(always)]
+fn stages_output() -> bool {
+    #[cfg(test)]
+    if UNSTAGED.with(|u| u.get()) {
+        return false;
+    }
+    super::STAGED_OUTPUT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Set by tests to write streamed rows directly on this thread ([`stages_output`]).
+    static UNSTAGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 #[cfg(test)]
@@ -1444,6 +1470,8 @@ fn prefetch_for_write(p: *const u8) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+mod staged;
 
 #[cfg(test)]
 mod tests;

@@ -112,6 +112,13 @@ pub static EARLY_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 #[doc(hidden)]
 pub static BF16_INSTRUCTION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether the fused forward computes a streamed row (`stream_output`) into a staging row and
+/// then writes it out whole (`fused::staged`), rather than streaming each group from the store
+/// pass. On; a switch only so that `examples/prefetch_ahead.rs` (switch `staged`) can measure
+/// what it brings in one process.
+#[doc(hidden)]
+pub static STAGED_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether the fused Top-k forward on AVX2 takes the mean of the k largest with no branch on
 /// the data (`simd::top_k_avx2`; else by marks in memory, the same bits). On; a switch only so
 /// that `examples/prefetch_ahead.rs` (switch `select`) can measure what it brings in one

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{bound_before_difference, rows_at, EarlyLines, Level, IN_REGISTERS, RESCUED};
+use super::{bound_before_difference, rows_at, EarlyLines, Level, IN_REGISTERS, RESCUED, UNSTAGED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -135,14 +135,18 @@ fn compare_spec<S: Storage>(spec: &NormSpec, x: &[S], n: usize, w: &[f32], b: &[
         let c0 = crate::row::forward_rows::<S, f32>(&ctx, x, &mut y0, &mut s0, wo, bo, &mut scr);
         // Streaming stores (row::stream_output) start at the output's first aligned address:
         // with the buffer as allocated and shifted by 5 values, so heads of every length occur.
-        for (level, stream, shift) in levels().into_iter().flat_map(|l| [(l, false, 0), (l, true, 0), (l, true, 5)]) {
+        // Streamed rows staged and written out whole (`staged`), or streamed group by group.
+        let ways = |l| [(l, false, 0, true), (l, true, 0, true), (l, true, 5, true), (l, true, 0, false), (l, true, 5, false)];
+        for (level, stream, shift, staged) in levels().into_iter().flat_map(ways) {
+            UNSTAGED.with(|u| u.set(!staged));
             let mut scr = Scratch::<f32>::new(n);
             let mut buf = vec![S::default(); x.len() + shift];
             let y1 = &mut buf[shift..];
             let mut s1 = vec![RowStats::default(); rows];
             let ctx = RowCtx { stream_output: stream, ..ctx };
             let c1 = rows_at::<S>(level, &ctx, x, y1, &mut s1, wo, bo, &mut scr);
-            let ctx_s = || format!("{what} {} n={n} {spec:?} w={} b={} {level:?} stream={stream} shift={shift}", S::DTYPE, wo.is_some(), bo.is_some());
+            UNSTAGED.with(|u| u.set(false));
+            let ctx_s = || format!("{what} {} n={n} {spec:?} w={} b={} {level:?} stream={stream} shift={shift} staged={staged}", S::DTYPE, wo.is_some(), bo.is_some());
             assert_eq!(c0, c1, "{}: counters", ctx_s());
             for r in 0..rows {
                 assert_eq!(stats_bits(&s0[r]), stats_bits(&s1[r]), "{}: stats of row {r}", ctx_s());
