@@ -550,7 +550,7 @@ impl EarlyLines {
     }
 }
 
-/// Bytes per cache line, the unit of [`EarlyLines`].
+/// Bytes per cache line: the unit of [`EarlyLines`] and of the staged copy (`staged.rs`).
 const LINE: usize = 64;
 
 /// Whether every output `((z * s) * w) + b` of a row is finite in the storage type, given an

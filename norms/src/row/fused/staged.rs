@@ -10,17 +10,14 @@
 //! also wrote. In `normlab bench norms` on the AVX2 host of the README (2 cores; f32
 //! 4096x1024, 32 MiB in all, streamed; the output buffer 16 bytes past a line), skipping the
 //! stores of the store pass altogether took L-inf from 1.02 to 0.52 ms and Top-k from 1.31 to
-//! 0.85 ms: the stores cost half the forward, and no computation overlapped them. Staged,
-//! with the same rounds and alternating in one process: L-inf 1.12 -> 0.92 ms, Top-k 1.35 ->
-//! 1.15 ms; alternating staged and unstaged in the same rounds (3 runs, medians of 60
-//! forwards each): RMSNorm 0.74 -> 0.74, LayerNorm 0.90 -> 0.80, unit norm 0.72 -> 0.67, L1
+//! 0.85 ms: the stores cost half the forward, and no computation overlapped them. This
+//! code, timed staged and unstaged alternately inside the benchmark's rounds (3 runs, medians
+//! of 60 forwards each): RMSNorm 0.74 -> 0.74, LayerNorm 0.90 -> 0.80, unit norm 0.72 -> 0.67, L1
 //! 0.93 -> 0.82, L-inf 0.94 -> 0.80, Top-k 1.10 -> 0.99 ms. Longer rows lose
 //! ([`MAX_STAGED_BYTES`]). `row::STAGED_OUTPUT` switches it (for `examples/prefetch_ahead.rs`).
 
 use super::super::simd::Storage;
-
-/// Bytes per cache line.
-const LINE: usize = 64;
+use super::LINE;
 
 /// The longest rows staged, in bytes: one staging row beside the rows the passes read must
 /// stay in L1. Measured (the module doc's bench, staged against streamed group by group):
