@@ -10,7 +10,8 @@
 //!                   "git_commit", "git_dirty", "unix_time" },
 //!   "config": { "shapes": [{"rows","n"}], "dtypes": ["f32"|"f16"|"bf16"], "kinds": [label], "topk_k",
 //!               "reps", "rounds" (the reps spread over them; 1 in reports before it existed), "warmup" (per
-//!               case and round), "quick", "accum": "f32", "eps", "copy_buffer_bytes", "copy_reps" },
+//!               case and round), "quick", "accum": "f32", "eps", "copy_buffer_bytes", "copy_reps",
+//!               "staged_output" (false: run with the hidden `--unstaged`; true in reports before it existed) },
 //!   "copy_bandwidth": { "buffer_bytes", "bytes_per_rep" (read + write), "timing" (over every copy),
 //!                       "gb_per_s" (of the median), "rounds" (sampled before the first case and after
 //!                       every shape x dtype; fractions are of this median) },
@@ -73,10 +74,18 @@ pub struct ConfigEcho {
     pub eps: f64,
     pub copy_buffer_bytes: usize,
     pub copy_reps: usize,
+    /// Whether the forward staged its streamed rows (`row::STAGED_OUTPUT`; off only with the
+    /// hidden `--unstaged`, to measure what staging brings).
+    #[serde(default = "staged")]
+    pub staged_output: bool,
 }
 
 fn one_round() -> usize {
     1
+}
+
+fn staged() -> bool {
+    true
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -189,6 +198,9 @@ pub fn render_text(r: &Report) -> String {
         if r.config.rounds == 1 { "" } else { "s" },
         r.config.warmup
     );
+    if !r.config.staged_output {
+        let _ = writeln!(s, "streamed forward rows NOT staged (--unstaged): an A/B measurement, not the default forward\n");
+    }
     let _ = writeln!(
         s,
         "{:<11} {:<5} {:<18} {:<8} {:>11} {:>8} {:>6} {:>10} {:>12}",
@@ -270,8 +282,10 @@ mod tests {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/results/bench/norms-earlier-runs/1.json")).unwrap();
         let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
         v["config"].as_object_mut().unwrap().remove("rounds");
+        v["config"].as_object_mut().unwrap().remove("staged_output");
         let r: Report = serde_json::from_value(v).unwrap();
         assert_eq!(r.config.rounds, 1);
+        assert!(r.config.staged_output);
     }
 
     #[test]

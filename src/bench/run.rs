@@ -9,7 +9,8 @@
 //! moved by up to 1.6x between runs minutes apart.
 
 use candle_core::WithDType;
-use normlab_norms::{bf16, f16, Element, NormKind, NormSpec};
+use normlab_norms::{bf16, f16, row, Element, NormKind, NormSpec};
+use std::sync::atomic::Ordering;
 
 use crate::bench::bandwidth::CopySampler;
 use crate::bench::candle_ref::{CandleBaseline, CandleOp};
@@ -34,6 +35,9 @@ pub struct BenchConfig {
     pub copy_buffer_bytes: usize,
     pub copy_reps: usize,
     pub quick: bool,
+    /// Whether the forward stages streamed rows (`row::STAGED_OUTPUT`, set for the run and
+    /// restored after it). True but for A/B measurements (the CLI's hidden `--unstaged`).
+    pub staged_output: bool,
 }
 
 impl BenchConfig {
@@ -55,6 +59,7 @@ impl BenchConfig {
             copy_buffer_bytes: 256 << 20,
             copy_reps: 10,
             quick: false,
+            staged_output: true,
         }
     }
 
@@ -130,6 +135,7 @@ impl BenchConfig {
             eps: BENCH_EPS,
             copy_buffer_bytes: self.copy_buffer_bytes,
             copy_reps: self.copy_reps,
+            staged_output: self.staged_output,
         }
     }
 }
@@ -144,6 +150,13 @@ pub fn bytes_needed(shape: Shape, dtype: BenchDType) -> usize {
 /// calls in all).
 pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, BenchError> {
     cfg.validate()?;
+    let was = row::STAGED_OUTPUT.swap(cfg.staged_output, Ordering::Relaxed);
+    let report = run_cases(cfg, progress);
+    row::STAGED_OUTPUT.store(was, Ordering::Relaxed);
+    report
+}
+
+fn run_cases(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, BenchError> {
     let provenance = Provenance::detect();
     progress("copy bandwidth");
     // Sampled before the first case and after every shape and dtype: the fractions below are

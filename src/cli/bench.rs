@@ -142,6 +142,11 @@ pub struct NormsArgs {
     /// Seconds instead of minutes: small shape, few runs (a smoke test; not for the goals).
     #[arg(long)]
     pub quick: bool,
+    /// Streamed forward rows written group by group from the store pass instead of staged
+    /// (`row::STAGED_OUTPUT` off): to measure, in the benchmark's own conditions, what
+    /// staging brings. The report's config says `"staged_output": false`.
+    #[arg(long, hide = true)]
+    pub unstaged: bool,
 }
 
 fn parse_list<T>(items: &[String], parse: impl Fn(&str) -> Result<T, crate::bench::BenchError>) -> Result<Vec<T>, CliError> {
@@ -186,6 +191,7 @@ pub fn config(args: &NormsArgs) -> Result<BenchConfig, CliError> {
     if let Some(w) = args.warmup {
         cfg.warmup = w;
     }
+    cfg.staged_output = !args.unstaged;
     if let Some(m) = args.copy_mib {
         if m == 0 || m > 1 << 16 {
             return Err(CliError::InvalidArg { flag: "--copy-mib", value: m.to_string(), why: "need 1..=65536 MiB".into() });

@@ -281,7 +281,7 @@ unsafe fn rows<V: F32x16, S: Storage>(
     let prefetch = super::PREFETCH_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
     let early = super::EARLY_LINES.load(std::sync::atomic::Ordering::Relaxed);
     // Streamed rows are computed into a staging row, then written out whole (`staged`).
-    let staged = ctx.stream_output && n >= W && staged::worth_staging::<S>(n) && stages_output();
+    let staged = ctx.stream_output && n >= W && staged::worth_staging::<S>(ctx.kind, n) && stages_output();
     let mut staging = staged::StagingRow::<S>::new(if staged { n } else { 0 });
     let staged_ctx = RowCtx { stream_output: false, ..*ctx };
     for (r, ((yr, xr), st)) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()).enumerate() {

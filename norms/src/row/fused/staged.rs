@@ -10,14 +10,18 @@
 //! also wrote. In `normlab bench norms` on the AVX2 host of the README (2 cores; f32
 //! 4096x1024, 32 MiB in all, streamed; the output buffer 16 bytes past a line), skipping the
 //! stores of the store pass altogether took L-inf from 1.02 to 0.52 ms and Top-k from 1.31 to
-//! 0.85 ms: the stores cost half the forward, and no computation overlapped them. This
-//! code, timed staged and unstaged alternately inside the benchmark's rounds (3 runs, medians
-//! of 60 forwards each): RMSNorm 0.74 -> 0.74, LayerNorm 0.90 -> 0.80, unit norm 0.72 -> 0.67, L1
-//! 0.93 -> 0.82, L-inf 0.94 -> 0.80, Top-k 1.10 -> 0.99 ms. Longer rows lose
-//! ([`MAX_STAGED_BYTES`]). `row::STAGED_OUTPUT` switches it (for `examples/prefetch_ahead.rs`).
+//! 0.85 ms: the stores cost half the forward, and no computation overlapped them. Staged
+//! for every kind (37a7585), timed staged and unstaged alternately inside the benchmark's
+//! rounds by a hook that was not committed (3 runs, medians of 60 forwards each): RMSNorm
+//! 0.74 -> 0.74, LayerNorm 0.90 -> 0.80, unit norm 0.72 -> 0.67, L1 0.93 -> 0.82, L-inf
+//! 0.94 -> 0.80, Top-k 1.10 -> 0.99 ms. Whole benchmark runs each way disagreed for the
+//! first three kinds, which are no longer staged ([`worth_staging`]); longer rows lose
+//! ([`MAX_STAGED_BYTES`]). `row::STAGED_OUTPUT` switches it (for
+//! `examples/prefetch_ahead.rs` and `normlab bench norms --unstaged`).
 
 use super::super::simd::Storage;
 use super::LINE;
+use crate::spec::NormKind;
 
 /// The longest rows staged, in bytes: one staging row beside the rows the passes read must
 /// stay in L1. Measured (the module doc's bench, staged against streamed group by group):
@@ -25,9 +29,17 @@ use super::LINE;
 /// 4-9% and rows of 16 KiB (f32 4096) 10-25%. Lengths in between were not measured.
 pub(super) const MAX_STAGED_BYTES: usize = 4096;
 
-/// Whether rows of `n` values of `S` are staged ([`MAX_STAGED_BYTES`]).
-pub(super) fn worth_staging<S>(n: usize) -> bool {
-    n * std::mem::size_of::<S>() <= MAX_STAGED_BYTES
+/// Whether streamed rows of `n` values of `S` of `kind` are staged: L1, L-inf and Top-k rows
+/// of at most [`MAX_STAGED_BYTES`]. RMSNorm, LayerNorm and unit norm are not: in whole
+/// `normlab bench norms` runs (f32 4096x1024, 8 runs each way alternating, 7da2cbe's code +
+/// `--unstaged`), staged against streamed from the store pass, their medians were
+/// RMS 0.816 against 0.657 ms, LayerNorm 0.920 / 0.835 and unit norm 0.842 / 0.718 (staging
+/// lost 9-20%), while L1 0.854 / 0.937, L-inf 0.837 / 0.880 and Top-k 1.026 / 1.092 (it won
+/// 5-10%). The in-rounds A/B of the module doc had LayerNorm and unit norm gaining: how the
+/// two ways share the caches when timed alternately changes the answer; whole runs are how the
+/// benchmark runs.
+pub(super) fn worth_staging<S>(kind: NormKind, n: usize) -> bool {
+    matches!(kind, NormKind::L1 | NormKind::LInf | NormKind::TopK { .. }) && n * std::mem::size_of::<S>() <= MAX_STAGED_BYTES
 }
 
 /// Room for one row's outputs, from which [`StagingRow::row_for`] cuts a row at the same
