@@ -750,12 +750,38 @@ struct RegMap {
   __device__ __forceinline__ bool leader() const { return valid && r == 0; }
 };
 
+/// Call f(k) for each vector k of a row this thread holds in registers (RegRow<V>), the register
+/// twin of visit_row. Unrolled: k is a constant in every call, so that q.v[k] stays in registers.
+template <int V, class F>
+__device__ __forceinline__ void visit_regs(const RegMap& m, F&& f) {
+#pragma unroll
+  for (int k = 0; k < V; k++)
+    if (m.has(k)) f(k);
+}
+
+/// Call f(k, j) for each element this thread holds of a row in registers: lane j of vector k.
+template <int V, class F>
+__device__ __forceinline__ void visit_reg_elems(const RegMap& m, F&& f) {
+  visit_regs<V>(m, [&](int k) {
+#pragma unroll
+    for (int j = 0; j < VEC; j++) f(k, j);
+  });
+}
+
 /// Load this thread's vectors of row `g` (ld.global.nc).
 template <class T, int V>
 __device__ __forceinline__ void load_regs(RegRow<V>& q, const T* __restrict__ g, const RegMap& m) {
-#pragma unroll
-  for (int k = 0; k < V; k++)
-    if (m.has(k)) q.v[k] = load16(g + m.col(k));
+  visit_regs<V>(m, [&](int k) { q.v[k] = load16(g + m.col(k)); });
+}
+
+/// Add value v's term to a kind's first sum over the row (fwd_regs): v^2 for RMS and unit L2,
+/// |v| for uncentred L1, v for the rest (whose first statistic is the mean). An accumulation, not
+/// a term returned: so written, the register kernels' PTX is the same as with the sum inline.
+template <int KIND>
+__device__ __forceinline__ void add_first_sum(float& sum, float v, bool centred) {
+  if (KIND == RMS || KIND == UNIT_L2) sum += v * v;
+  else if (KIND == L1 && !centred) sum += fabsf(v);
+  else sum += v;
 }
 
 /// The statistics and output of one row held in registers (fwd_regs), after the first reduction
@@ -780,16 +806,13 @@ __device__ __forceinline__ void fwd_regs_row(const FwdParams& p, float out_scale
   float none[1] = {0.0f};
   if (SCALED) {
     float a[1] = {0.0f};
+    // A loop, not visit_reg_elems: through the lambda, NVRTC 12.9 turned a select of the unit
+    // L2 kernels into a branch (1-3 instructions more); so written, the PTX is unchanged.
 #pragma unroll
     for (int k = 0; k < V; k++) {
       if (!m.has(k)) continue;
 #pragma unroll
-      for (int j = 0; j < VEC; j++) {
-        const float v = xs(k, j);
-        if (KIND == RMS || KIND == UNIT_L2) a[0] += v * v;
-        else if (KIND == L1 && !centred) a[0] += fabsf(v);
-        else a[0] += v;
-      }
+      for (int j = 0; j < VEC; j++) add_first_sum<KIND>(a[0], xs(k, j), centred);
     }
     group_reduce<BLOCK>(a, none, parity, m.G);
     s1 = a[0];
@@ -805,40 +828,25 @@ __device__ __forceinline__ void fwd_regs_row(const FwdParams& p, float out_scale
     stat = KIND == RMS ? s1 * inv_n : norm_from_sumsq(s1);
   } else if (KIND == LAYER) {
     float s2[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-      if (!m.has(k)) continue;
-#pragma unroll
-      for (int j = 0; j < VEC; j++) {
-        const float t = xs(k, j) - hi;
-        s2[0] += t;
-        s2[1] += t * t;
-      }
-    }
+    visit_reg_elems<V>(m, [&](int k, int j) {
+      const float t = xs(k, j) - hi;
+      s2[0] += t;
+      s2[1] += t * t;
+    });
     group_reduce<BLOCK>(s2, none, parity, m.G);
     lo = s2[0] * inv_n;
     stat = fmaxf(s2[1] * inv_n - lo * lo, 0.0f);
   } else {
     if (centred) {
       float d[1] = {0.0f};
-#pragma unroll
-      for (int k = 0; k < V; k++) {
-        if (!m.has(k)) continue;
-#pragma unroll
-        for (int j = 0; j < VEC; j++) d[0] += xs(k, j) - hi;
-      }
+      visit_reg_elems<V>(m, [&](int k, int j) { d[0] += xs(k, j) - hi; });
       group_reduce<BLOCK>(d, none, parity, m.G);
       lo = d[0] * inv_n;
     }
     if (KIND == L1) {
       if (centred) {
         float a[1] = {0.0f};
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-          if (!m.has(k)) continue;
-#pragma unroll
-          for (int j = 0; j < VEC; j++) a[0] += fabsf((xs(k, j) - hi) - lo);
-        }
+        visit_reg_elems<V>(m, [&](int k, int j) { a[0] += fabsf((xs(k, j) - hi) - lo); });
         group_reduce<BLOCK>(a, none, parity, m.G);
         stat = a[0] * inv_n;
       } else {
@@ -854,6 +862,9 @@ __device__ __forceinline__ void fwd_regs_row(const FwdParams& p, float out_scale
     hi = lo = s = f_nan();
     clamped = false;
   }
+  // A loop, not visit_regs: through the lambda, NVRTC 12.9 compiled the E4M3 kernels'
+  // stores differently (24-36 fewer multiplications by out_scale in the block kernels, 400
+  // instructions fewer in the warp L1 ones), a change nobody has measured on a GPU.
 #pragma unroll
   for (int k = 0; k < V; k++) {
     if (!m.has(k)) continue;
@@ -929,34 +940,22 @@ __device__ __forceinline__ void fwd_regs(const FwdParams& p, float out_scale) {
     float maxes[NM];
     maxes[0] = 0.0f;
     if (NM == 3) maxes[1] = maxes[NM - 1] = -f_inf();
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-      if (!m.has(k)) continue;
-#pragma unroll
-      for (int j = 0; j < VEC; j++) {
-        const float v = lanef<T>(cur.v[k], j);
-        maxes[0] = fmaxf(maxes[0], fabsf(v));
-        if (KIND == RMS || KIND == UNIT_L2) sums[0] += v * v;
-        else if (KIND == L1 && !centred) sums[0] += fabsf(v);
-        else sums[0] += v;
-        if (NM == 3) {
-          maxes[1] = fmaxf(maxes[1], v);
-          maxes[NM - 1] = fmaxf(maxes[NM - 1], -v);
-        }
+    visit_reg_elems<V>(m, [&](int k, int j) {
+      const float v = lanef<T>(cur.v[k], j);
+      maxes[0] = fmaxf(maxes[0], fabsf(v));
+      add_first_sum<KIND>(sums[0], v, centred);
+      if (NM == 3) {
+        maxes[1] = fmaxf(maxes[1], v);
+        maxes[NM - 1] = fmaxf(maxes[NM - 1], -v);
       }
-    }
+    });
     group_reduce<BLOCK>(sums, maxes, parity, m.G);
     // Branches around collectives must be uniform over the warp: a warp's segments agree first.
     bool check = !isfinite(sums[0]);
     if (!BLOCK) check = __any_sync(0xffffffffu, check);
     int bad = 0;
     if (check) {
-#pragma unroll
-      for (int k = 0; k < V; k++) {
-        if (!m.has(k)) continue;
-#pragma unroll
-        for (int j = 0; j < VEC; j++) bad += isfinite(lanef<T>(cur.v[k], j)) ? 0 : 1;
-      }
+      visit_reg_elems<V>(m, [&](int k, int j) { bad += isfinite(lanef<T>(cur.v[k], j)) ? 0 : 1; });
       bad = BLOCK ? group_sum_int<BLOCK>(bad) : seg_sum_int(bad, m.G);
     }
     const int e = bad ? 0 : rescue_exponent<RESCUE_LO, RESCUE_HI>(maxes[0]);
@@ -1044,9 +1043,7 @@ __device__ __forceinline__ void bwd_regs_row(const BwdParams& p, const RegRow<BW
     // A warp's segments share its accumulators: they add in turn, rows in order.
     for (int sg = 0; sg < per_group; sg++) {
       if (sg == seg) {
-#pragma unroll
-        for (int k = 0; k < BWD_REG_VECS; k++) {
-          if (!m.has(k)) continue;
+        visit_regs<BWD_REG_VECS>(m, [&](int k) {
           const i64 col = m.col(k);
 #pragma unroll
           for (int j = 0; j < VEC; j++) {
@@ -1054,25 +1051,20 @@ __device__ __forceinline__ void bwd_regs_row(const BwdParams& p, const RegRow<BW
             if (want_dw) acc_dw[col + j] += lanef<T>(cdy.v[k], j) * xh;
             if (want_db) acc_db[col + j] += lanef<T>(cdy.v[k], j);
           }
-        }
+        });
       }
       if (!BLOCK && per_group > 1) __syncwarp();
     }
   }
   float dot[1] = {0.0f};
   unsigned long long key = 0ull;  // L-inf: the largest |z|, lowest index first
-#pragma unroll
-  for (int k = 0; k < BWD_REG_VECS; k++) {
-    if (!m.has(k)) continue;
-#pragma unroll
-    for (int j = 0; j < VEC; j++) {
-      dot[0] += gof(k, j) * (zof(k, j) * s);
-      if (KIND == LINF) {
-        const unsigned long long kj = argmax_key(fabsf(zof(k, j)), m.col(k) + j);
-        key = kj > key ? kj : key;
-      }
+  visit_reg_elems<BWD_REG_VECS>(m, [&](int k, int j) {
+    dot[0] += gof(k, j) * (zof(k, j) * s);
+    if (KIND == LINF) {
+      const unsigned long long kj = argmax_key(fabsf(zof(k, j)), m.col(k) + j);
+      key = kj > key ? kj : key;
     }
-  }
+  });
   if (KIND == LINF) group_reduce_key<BLOCK>(dot[0], key, parity, m.G);
   else group_reduce<BLOCK>(dot, none, parity, m.G);
   const float d = dot[0];
@@ -1090,25 +1082,18 @@ __device__ __forceinline__ void bwd_regs_row(const BwdParams& p, const RegRow<BW
   float mean = 0.0f;
   if (centred) {
     float a[1] = {0.0f};
-#pragma unroll
-    for (int k = 0; k < BWD_REG_VECS; k++) {
-      if (!m.has(k)) continue;
-#pragma unroll
-      for (int j = 0; j < VEC; j++) a[0] += dz(k, j);
-    }
+    visit_reg_elems<BWD_REG_VECS>(m, [&](int k, int j) { a[0] += dz(k, j); });
     group_reduce<BLOCK>(a, none, parity, m.G);
     mean = a[0] * inv_n;
   }
-#pragma unroll
-  for (int k = 0; k < BWD_REG_VECS; k++) {
-    if (!m.has(k)) continue;
+  visit_regs<BWD_REG_VECS>(m, [&](int k) {
     auto dx = [&](int j) {
       const float v = dz(k, j) - mean;
       return SCALED ? sc(v) : v;
     };
     store16(static_cast<T*>(p.dx) + row * n + m.col(k),
             make_uint4(pack2<T>(dx(0), dx(1)), pack2<T>(dx(2), dx(3)), pack2<T>(dx(4), dx(5)), pack2<T>(dx(6), dx(7))));
-  }
+  });
 }
 
 /// The backward with each row's x and dy held in registers (RegRow each), the next row's loaded
