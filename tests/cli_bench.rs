@@ -55,6 +55,21 @@ fn rounds_keep_the_number_of_timed_runs() {
     for c in v["cases"].as_array().unwrap().iter().chain(v["baselines"].as_array().unwrap()) {
         assert_eq!(c["timing"]["reps"], 5, "{c}");
     }
+    assert_eq!(v["config"]["staged_output"], true);
+}
+
+/// The hidden `--unstaged` (an A/B measurement of the staged output) is said in the report, in
+/// JSON and in text, so that its numbers are not taken for the default forward's.
+#[test]
+fn unstaged_runs_say_so() {
+    let args = ["bench", "norms", "--quick", "--dtypes", "f32", "--kinds", "linf", "--reps", "1", "--unstaged"];
+    let out = normlab(&[&args[..], &["--json"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["config"]["staged_output"], false);
+    let out = normlab(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT staged (--unstaged)"));
 }
 
 #[test]

@@ -37,7 +37,9 @@ pub(super) const MAX_STAGED_BYTES: usize = 4096;
 /// lost 9-20%), while L1 0.854 / 0.937, L-inf 0.837 / 0.880 and Top-k 1.026 / 1.092 (it won
 /// 5-10%). The in-rounds A/B of the module doc had LayerNorm and unit norm gaining: how the
 /// two ways share the caches when timed alternately changes the answer; whole runs are how the
-/// benchmark runs.
+/// benchmark runs. Even so, the same A/B on this code (4 runs each way) moved those three kinds
+/// by 4-11% with their own code the same both ways: the other kinds' staging, or the machine,
+/// accounts for part of the difference (README, "After bdf0bb4").
 pub(super) fn worth_staging<S>(kind: NormKind, n: usize) -> bool {
     matches!(kind, NormKind::L1 | NormKind::LInf | NormKind::TopK { .. }) && n * std::mem::size_of::<S>() <= MAX_STAGED_BYTES
 }
