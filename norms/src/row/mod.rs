@@ -114,8 +114,9 @@ pub static BF16_INSTRUCTION: std::sync::atomic::AtomicBool = std::sync::atomic::
 
 /// Whether the fused forward computes a streamed row (`stream_output`) into a staging row and
 /// then writes it out whole (`fused::staged`), rather than streaming each group from the store
-/// pass. On; a switch only so that `examples/prefetch_ahead.rs` (switch `staged`) can measure
-/// what it brings in one process.
+/// pass (for the kinds `fused::staged::worth_staging` names). On; a switch only so that
+/// `examples/prefetch_ahead.rs` (switch `staged`) and `normlab bench norms --unstaged` can
+/// measure what it brings.
 #[doc(hidden)]
 pub static STAGED_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 

@@ -24,9 +24,10 @@ use super::LINE;
 use crate::spec::NormKind;
 
 /// The longest rows staged, in bytes: one staging row beside the rows the passes read must
-/// stay in L1. Measured (the module doc's bench, staged against streamed group by group):
-/// rows of 4 KiB (f32 1024) gain 6-15% (RMSNorm unchanged); rows of 8 KiB (bf16 4096) lose
-/// 4-9% and rows of 16 KiB (f32 4096) 10-25%. Lengths in between were not measured.
+/// stay in L1. Measured (the module doc's in-rounds A/B, every kind staged against streamed
+/// group by group): rows of 4 KiB (f32 1024) gained 6-15% (RMSNorm unchanged); rows of 8 KiB
+/// (bf16 4096) lost 4-9% and rows of 16 KiB (f32 4096) 10-25%. Lengths in between were not
+/// measured.
 pub(super) const MAX_STAGED_BYTES: usize = 4096;
 
 /// Whether streamed rows of `n` values of `S` of `kind` are staged: L1, L-inf and Top-k rows
