@@ -280,6 +280,7 @@ unsafe fn rows<V: F32x16, S: Storage>(
     let mut sum_ahead = None;
     let prefetch = super::PREFETCH_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
     let early = super::EARLY_LINES.load(std::sync::atomic::Ordering::Relaxed);
+    let saved = super::SAVED_CENTRED.load(std::sync::atomic::Ordering::Relaxed);
     // Streamed rows are computed into a staging row, then written out whole (`staged`).
     let staged = ctx.stream_output && n >= W && staged::worth_staging::<S>(ctx.kind, n) && stages_output();
     let mut staging = staged::StagingRow::<S>::new(if staged { n } else { 0 });
@@ -301,7 +302,11 @@ unsafe fn rows<V: F32x16, S: Storage>(
         let lines = EarlyLines::new(ctx, yr, ahead, early);
         // One call of `row` whichever the destination (a second would inline it twice).
         let (row_ctx, out): (&RowCtx<f32>, &mut [S]) = if staged { (&staged_ctx, staging.row_for(yr)) } else { (ctx, &mut *yr) };
-        let (done, next_sum) = row::<V, S>(row_ctx, xr, out, &affine, affine_max, &mut scr.a, &mut scr.b, sum_ahead.take(), next, lines);
+        // Room for the centred values that a Top-k row's store pass reads back
+        // (`top_k_lane_maxima`), where that pays (`Storage::SAVES_CENTRED`, measured on AVX2
+        // only); not for streamed rows, whose groups start `head` values in.
+        let t_row = if S::SAVES_CENTRED && !V::AVX512 && saved && !row_ctx.stream_output { Some(&mut scr.c[..n]) } else { None };
+        let (done, next_sum) = row::<V, S>(row_ctx, xr, out, &affine, affine_max, (&mut scr.a, &mut scr.b, t_row), sum_ahead.take(), next, lines);
         if staged && done.is_some() {
             staged::write_out(staging.row_for(yr), yr);
         }
@@ -347,6 +352,13 @@ thread_local! {
     /// Top-k rows whose mean this thread took in registers ([`in_registers`]): the tests
     /// check that Gaussian rows of whole blocks do, on AVX-512.
     static IN_REGISTERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Rows this thread stored from the centred values their statistics pass saved
+    /// ([`store_row`], `FROM_T`): the tests check that bf16 Top-k rows do on AVX2.
+    static FROM_SAVED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]
@@ -439,6 +451,8 @@ unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
 /// `sum`: the sum of the row's values if already known (centred rows); `next`: the next row of
 /// the task, whose sum is then computed along (returned second: [`fold_with_next`]). `lines`:
 /// the row ahead (prefetched by the store pass) and what this row asks for early.
+/// `(abs, marks, t_row)`: Top-k's candidates and marks, and room for the row's centred values
+/// (as long as the row, or none: [`top_k_lane_maxima`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn row<V: F32x16, S: Storage>(
@@ -447,8 +461,7 @@ unsafe fn row<V: F32x16, S: Storage>(
     y: &mut [S],
     affine: &RowAffine,
     affine_max: (f64, f64),
-    abs: &mut [f32],
-    marks: &mut [f32],
+    (abs, marks, t_row): (&mut [f32], &mut [f32], Option<&mut [f32]>),
     sum: Option<f32>,
     next: Option<&[S]>,
     lines: EarlyLines,
@@ -456,12 +469,12 @@ unsafe fn row<V: F32x16, S: Storage>(
     if EarlyLines::applies_to::<S>() && matches!(ctx.kind, NormKind::Rms | NormKind::UnitL2) {
         lines.output();
     }
-    let (raw, z_max, next_sum) = raw_stats::<V, S>(ctx, x, abs, marks, sum, next, lines);
+    let (raw, z_max, next_sum, saved) = raw_stats::<V, S>(ctx, x, (abs, marks, t_row), sum, next, lines);
     if needs_rescue(ctx, &raw) {
         return (None, next_sum);
     }
     let check = !outputs_surely_finite::<S>(z_max, raw.s, affine_max);
-    let bad = normalize_store::<V, S>(ctx, x, y, &raw, affine, check, lines.ahead);
+    let bad = normalize_store::<V, S>(ctx, x, y, &raw, affine, check, lines.ahead, saved);
     (Some((raw.widen(0), bad)), next_sum)
 }
 
@@ -594,17 +607,17 @@ const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
 ///
 /// Centred, `hi` is the sum of the values (`row_sum` when the caller has it) over n, and the
 /// pass that sums `x - hi` also sums `next` when given (the next row: [`fold_with_next`]),
-/// returned third.
+/// returned third. Fourth: the row's centred values `x - hi` where they were saved to `t_row`
+/// (centred Top-k: [`top_k_lane_maxima`]), for the store pass.
 #[inline(always)]
-unsafe fn raw_stats<V: F32x16, S: Storage>(
+unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
     x: &[S],
-    abs: &mut [f32],
-    marks: &mut [f32],
+    (abs, marks, t_row): (&mut [f32], &mut [f32], Option<&'t mut [f32]>),
     row_sum: Option<f32>,
     next: Option<&[S]>,
     lines: EarlyLines,
-) -> (Raw<f32>, f64, Option<f32>) {
+) -> (Raw<f32>, f64, Option<f32>, Option<&'t [f32]>) {
     let eps = ctx.eps as f32;
     let inv_n = ctx.inv_n;
     let n = x.len();
@@ -619,6 +632,7 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
         0.0
     };
     let mut next_sum = None;
+    let mut saved = None;
     let (raw, z_max) = match ctx.kind {
         NormKind::Rms | NormKind::UnitL2 => {
             let q = sum::<V, S>(x, #[inline(always)] |v| v * v);
@@ -638,8 +652,9 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
             (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
         }
         NormKind::TopK { k } if stats::uses_lane_maxima(n, k) => {
-            let (lo, stat, check, ahead) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, abs, marks, next, lines);
+            let (lo, stat, check, ahead, t) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, (abs, marks, t_row), next, lines);
             next_sum = ahead;
+            saved = t;
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), check as f64 * sum_slack(n) + ABS_SLACK)
         }
         NormKind::LInf if ctx.centred => {
@@ -676,7 +691,7 @@ unsafe fn raw_stats<V: F32x16, S: Storage>(
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), z_max)
         }
     };
-    (raw, z_max, next_sum)
+    (raw, z_max, next_sum, saved)
 }
 
 /// `(statistic, check)` of L1, L-inf or Top-k from `|z| = z_abs(v)`: the mean, the maximum or
@@ -751,18 +766,23 @@ const BLOCK: usize = 4 * W;
 /// Uncentred (`z = x`), the pass sums `|x|` for the check and the blocks are marked against
 /// `t0` itself. Between the pass and the selection, the row asks for `lines`
 /// ([`EarlyLines::during_selection`]).
+///
+/// Centred, with `t_row` given, the pass also saves each whole group's `t` there (in register
+/// order: [`F32x16::store_lanes`]), and the row's store pass reads them back instead of
+/// reading the row and subtracting `hi` again (returned fifth): the same values, and on a bf16
+/// row four vector operations fewer per group where the store pass does twenty, for two
+/// stores per group in the pass.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
+unsafe fn top_k_lane_maxima<'t, V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
     x: &[S],
     k: usize,
     hi: f32,
-    cand: &mut [f32],
-    marks: &mut [f32],
+    (cand, marks, t_row): (&mut [f32], &mut [f32], Option<&'t mut [f32]>),
     next: Option<&[S]>,
     lines: EarlyLines,
-) -> (f32, f32, f32, Option<f32>) {
+) -> (f32, f32, f32, Option<f32>, Option<&'t [f32]>) {
     let n = x.len();
     let blocks = n / BLOCK;
     // In `marks`: the blocks' lane maxima (16 f32 each), then the words of marks (a u64 per
@@ -775,7 +795,17 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
     let mut list = MarkList::new(wp, wp.add(words));
     if ctx.centred {
         let (h, zero) = (V::splat(hi), V::splat(0.0));
-        let (d, t_max, next_sum) = isolated_top_k_pass::<V, S, true>(x, hi, next, bmax);
+        let (d, t_max, next_sum, saved) = match t_row {
+            Some(t) => {
+                assert!(t.len() >= n, "centred-values scratch too small");
+                let (d, m, s) = isolated_top_k_pass::<V, S, true, true>(x, hi, next, bmax, t.as_mut_ptr());
+                (d, m, s, Some(&*t))
+            }
+            None => {
+                let (d, m, s) = isolated_top_k_pass::<V, S, true, false>(x, hi, next, bmax, std::ptr::null_mut());
+                (d, m, s, None)
+            }
+        };
         if EarlyLines::applies_to::<S>() {
             lines.during_selection();
         }
@@ -804,9 +834,9 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
             }
             _ => top_k_statistic::<V, S>(x, k, #[inline(always)] |v| ((v - h) - l).abs(), &mut cand[..n]),
         };
-        (lo, stat, check, next_sum)
+        (lo, stat, check, next_sum, saved)
     } else {
-        let (d, m, _) = isolated_top_k_pass::<V, S, false>(x, 0.0, None, bmax);
+        let (d, m, _) = isolated_top_k_pass::<V, S, false, false>(x, 0.0, None, bmax, std::ptr::null_mut());
         if EarlyLines::applies_to::<S>() {
             lines.during_selection();
         }
@@ -819,7 +849,7 @@ unsafe fn top_k_lane_maxima<V: F32x16, S: Storage>(
                 top_k_of_marked::<V, S>(x, #[inline(always)] |v| v.abs(), (0.0, 0.0), t0, k, cand, &list)
             }
         };
-        (0.0, stat, d.combine(), None)
+        (0.0, stat, d.combine(), None, None)
     }
 }
 
@@ -857,32 +887,45 @@ unsafe fn in_registers<V: F32x16, S: Storage>(
 /// iteration while registers stood free, depending on code elsewhere in the function (bf16
 /// rows of 4096: 1.42 -> 1.62 us, from a change to the gather).
 #[inline(always)]
-unsafe fn isolated_top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(
+unsafe fn isolated_top_k_pass<V: F32x16, S: Storage, const CENTRED: bool, const SAVE: bool>(
     x: &[S],
     hi: f32,
     next: Option<&[S]>,
     bmax: *mut f32,
+    t_out: *mut f32,
 ) -> (V, V, Option<f32>) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2,fma,f16c,popcnt")]
         #[inline(never)]
-        unsafe fn avx2<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
-            top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
+        unsafe fn avx2<V: F32x16, S: Storage, const CENTRED: bool, const SAVE: bool>(
+            x: &[S],
+            hi: f32,
+            next: Option<&[S]>,
+            bmax: *mut f32,
+            t_out: *mut f32,
+        ) -> (V, V, Option<f32>) {
+            top_k_pass::<V, S, CENTRED, SAVE>(x, hi, next, bmax, t_out)
         }
         #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
         #[inline(never)]
-        unsafe fn avx512<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
-            top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
+        unsafe fn avx512<V: F32x16, S: Storage, const CENTRED: bool, const SAVE: bool>(
+            x: &[S],
+            hi: f32,
+            next: Option<&[S]>,
+            bmax: *mut f32,
+            t_out: *mut f32,
+        ) -> (V, V, Option<f32>) {
+            top_k_pass::<V, S, CENTRED, SAVE>(x, hi, next, bmax, t_out)
         }
         if V::AVX512 {
-            avx512::<V, S, CENTRED>(x, hi, next, bmax)
+            avx512::<V, S, CENTRED, SAVE>(x, hi, next, bmax, t_out)
         } else {
-            avx2::<V, S, CENTRED>(x, hi, next, bmax)
+            avx2::<V, S, CENTRED, SAVE>(x, hi, next, bmax, t_out)
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    top_k_pass::<V, S, CENTRED>(x, hi, next, bmax)
+    top_k_pass::<V, S, CENTRED, SAVE>(x, hi, next, bmax, t_out)
 }
 
 /// Top-k's one pass over a row before the selection: centred, the lane sums of `t = x - hi`
@@ -896,8 +939,18 @@ unsafe fn isolated_top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(
 /// The maxima skip NaN (`max_gt`), except that a block whose first value is NaN has a NaN
 /// maximum. The centred row's maxima are only used when `hi` is finite, and then every `t`
 /// is a number; an uncentred row with a NaN has a NaN check sum and is rescued.
+///
+/// `SAVE` (centred only): each whole group's `t` is also stored at `t_out` (the row's length),
+/// in register order ([`F32x16::store_lanes`]).
 #[inline(always)]
-unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f32, next: Option<&[S]>, bmax: *mut f32) -> (V, V, Option<f32>) {
+unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool, const SAVE: bool>(
+    x: &[S],
+    hi: f32,
+    next: Option<&[S]>,
+    bmax: *mut f32,
+    t_out: *mut f32,
+) -> (V, V, Option<f32>) {
+    debug_assert!(CENTRED || !SAVE, "only a centred pass saves its t");
     let h = V::splat(hi);
     // (the term summed, the term maximised)
     // (in a block: attributes on a closure are only allowed there or as an argument)
@@ -916,11 +969,11 @@ unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f3
     match next {
         Some(nx) => {
             assert_eq!(nx.len(), x.len(), "the next row has another length");
-            let (d, m, s) = block_maxima::<V, S, true>(x, f, nx.as_ptr(), bmax);
+            let (d, m, s) = block_maxima::<V, S, true, SAVE>(x, f, nx.as_ptr(), bmax, t_out);
             (d, m, Some(s.combine()))
         }
         None => {
-            let (d, m, _) = block_maxima::<V, S, false>(x, f, x.as_ptr(), bmax);
+            let (d, m, _) = block_maxima::<V, S, false, SAVE>(x, f, x.as_ptr(), bmax, t_out);
             (d, m, None)
         }
     }
@@ -928,12 +981,14 @@ unsafe fn top_k_pass<V: F32x16, S: Storage, const CENTRED: bool>(x: &[S], hi: f3
 
 /// The loop of [`top_k_pass`]: returns the lane sums of `f(v).0`, the lane maxima of
 /// `f(v).1` and, with `NEXT`, the lane sums of the values at `q` (a row as long as `x`).
+/// With `SAVE`, each whole group's `f(v).0` is stored at `t_out` (register order).
 #[inline(always)]
-unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool>(
+unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool, const SAVE: bool>(
     x: &[S],
     f: impl Fn(V) -> (V, V),
     q: *const S,
     bmax: *mut f32,
+    t_out: *mut f32,
 ) -> (V, V, V) {
     let n = x.len();
     let full = n - n % W;
@@ -948,6 +1003,9 @@ unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool>(
         ($i:expr) => {{
             let i = $i;
             let (u, a) = f(S::load(p.add(i)));
+            if SAVE {
+                u.store_lanes(t_out.add(i));
+            }
             d = d + u;
             if NEXT {
                 s = s + S::load(q.add(i));
@@ -1223,7 +1281,9 @@ unsafe fn fold_from<V: F32x16, S: Storage, const K: usize>(x: &[S], init: [V; K]
 /// The output row `y = ((x - hi) - lo) * s * w + b` (centred) or `x * s * w + b`, rounded once
 /// into the storage type; returns the number of non-finite outputs. One pass: the affine
 /// terms present, and whether non-finite outputs are possible at all (`check`), are chosen
-/// here, outside the loop.
+/// here, outside the loop. `saved`: the row's `x - hi` from its statistics pass, which the
+/// groups then read instead of the row, where no output may be non-finite.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn normalize_store<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -1233,8 +1293,16 @@ unsafe fn normalize_store<V: F32x16, S: Storage>(
     affine: &RowAffine,
     check: bool,
     ahead: *const u8,
+    saved: Option<&[f32]>,
 ) -> u64 {
-    let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, terms: *affine, ahead };
+    let t = match saved {
+        Some(t) => {
+            assert!(ctx.centred && t.len() >= x.len(), "saved centred values of another row");
+            t.as_ptr()
+        }
+        None => std::ptr::null(),
+    };
+    let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, terms: *affine, ahead, t };
     let (has_w, has_b) = (!affine.w.is_empty(), !affine.b.is_empty());
     let stream = ctx.stream_output;
     if check {
@@ -1276,6 +1344,9 @@ struct Affine<'a> {
     /// The first byte of the row to prefetch while storing this one ([`store_groups`]): a
     /// row of the same length.
     ahead: *const u8,
+    /// The row's centred values `x - hi` as its statistics pass saved them (whole groups, in
+    /// register order: [`top_k_lane_maxima`]), or null.
+    t: *const f32,
 }
 
 /// Values before the first address of `y` aligned to a group's size (16 values): where the
@@ -1326,18 +1397,23 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
     // one is the row stored again with the NaN-exact rounding (bf16), and counted exactly from
     // the stored bits.
     maybe_bad |= if stream {
-        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true>(xg, yg, p)
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true, false>(xg, yg, p)
+    } else if CENTRED && !CHECK && !p.t.is_null() {
+        // The groups from the saved `t` (they start at the row's start: not streamed).
+        #[cfg(test)]
+        FROM_SAVED.with(|r| r.set(r.get() + 1));
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, false, false, false, true>(xg, yg, p)
     } else {
-        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false>(xg, yg, p)
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false, false>(xg, yg, p)
     };
     if !maybe_bad {
         return 0;
     }
     if S::NON_NAN_STORE_IS_PARTIAL {
         if stream {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true>(xg, yg, p);
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true, false>(xg, yg, p);
         } else {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false>(xg, yg, p);
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false, false>(xg, yg, p);
         }
     }
     S::count_nonfinite(y)
@@ -1379,8 +1455,16 @@ unsafe fn store_short<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: b
 /// The output of 16 values, the expression of `kernel::normalize_to` operation for operation.
 #[inline(always)]
 unsafe fn output<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(v: V, w: V, b: V, p: &Affine) -> V {
+    let t = if CENTRED { v - V::splat(p.hi) } else { v };
+    output_of::<V, CENTRED, HAS_W, HAS_B>(t, w, b, p)
+}
+
+/// [`output`] from `t`: `x - hi` when centred (computed, or saved by the statistics pass), else
+/// `x`.
+#[inline(always)]
+unsafe fn output_of<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS_B: bool>(t: V, w: V, b: V, p: &Affine) -> V {
     let s = V::splat(p.s);
-    let mut r = if CENTRED { ((v - V::splat(p.hi)) - V::splat(p.lo)) * s } else { v * s };
+    let mut r = if CENTRED { (t - V::splat(p.lo)) * s } else { t * s };
     if HAS_W {
         r = r * w;
     }
@@ -1393,6 +1477,8 @@ unsafe fn output<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS_B:
 /// The whole 16-value groups of [`store_row`]; returns whether some `|y|` may be non-finite
 /// in the storage type (or is NaN), if `CHECK` (else false). `EXACT_NAN`: round NaN exactly
 /// too (without `CHECK` there is no NaN). `NT`: non-temporal stores (`y` aligned to a group).
+/// `FROM_T`: each group's `x - hi` is read from `p.t` (saved by the statistics pass; centred,
+/// the groups starting at the row's start), not computed from `x`.
 ///
 /// Each group also prefetches the bytes at the same offset of the row ahead (`p.ahead`), so
 /// that row is read from memory while this one is computed and written, not after. Without
@@ -1412,11 +1498,13 @@ unsafe fn store_groups<
     const CHECK: bool,
     const EXACT_NAN: bool,
     const NT: bool,
+    const FROM_T: bool,
 >(
     x: &[S],
     y: &mut [S],
     p: &Affine,
 ) -> bool {
+    debug_assert!(!FROM_T || (CENTRED && p.terms.head == 0 && !p.t.is_null()));
     let full = x.len() - x.len() % W;
     let zero = V::splat(0.0);
     // The weight and bias of these groups, in register order.
@@ -1427,10 +1515,18 @@ unsafe fn store_groups<
     let ahead = p.ahead.add(p.terms.head * std::mem::size_of::<S>());
     let mut big = zero;
     each_group!(full, |i| {
-        prefetch(ahead.add(i * std::mem::size_of::<S>()));
+        // One prefetch per 64 bytes, so per line: a group of 16-bit values is half a line,
+        // and `each_group!`'s pairs start at even groups.
+        if std::mem::size_of::<S>() * W >= LINE || i.is_multiple_of(2 * W) {
+            prefetch(ahead.add(i * std::mem::size_of::<S>()));
+        }
         let wv = if HAS_W { V::load_lanes(wp.add(i)) } else { zero };
         let bv = if HAS_B { V::load_lanes(bp.add(i)) } else { zero };
-        let r = output::<V, CENTRED, HAS_W, HAS_B>(S::load(xp.add(i)), wv, bv, p);
+        let r = if FROM_T {
+            output_of::<V, CENTRED, HAS_W, HAS_B>(V::load_lanes(p.t.add(i)), wv, bv, p)
+        } else {
+            output::<V, CENTRED, HAS_W, HAS_B>(S::load(xp.add(i)), wv, bv, p)
+        };
         if CHECK {
             big = big.max_abs_bits(r);
         }

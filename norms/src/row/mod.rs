@@ -127,6 +127,13 @@ pub static STAGED_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 #[doc(hidden)]
 pub static SELECT_IN_REGISTERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether the fused Top-k forward's store pass reads the centred values `t = x - hi` that its
+/// statistics pass saved (`fused::top_k_pass`), rather than reading the row again and
+/// subtracting `hi` (the same bits). On; a switch only so that `examples/prefetch_ahead.rs`
+/// (switch `saved`) can measure what it brings in one process.
+#[doc(hidden)]
+pub static SAVED_CENTRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether a forward that reads and writes `bytes` in all (input plus output) should write
 /// around the caches: when they do not fit in the last-level cache together, the output's lines
 /// are evicted before anyone reads them, and a normal store first reads every destination line

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{bound_before_difference, rows_at, EarlyLines, Level, IN_REGISTERS, RESCUED, UNSTAGED};
+use super::{bound_before_difference, rows_at, EarlyLines, Level, FROM_SAVED, IN_REGISTERS, RESCUED, UNSTAGED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -504,4 +504,43 @@ fn early_lines_only_for_four_byte_rows_within_the_row() {
     // 16-bit rows ask for nothing.
     assert_eq!(counts(EarlyLines::new(&ctx, &vec![f16::ZERO; 4096], ahead, true)), (0, 0));
     assert_eq!(counts(EarlyLines::new(&ctx, &vec![bf16::ZERO; 4096], ahead, true)), (0, 0));
+}
+
+/// Centred bf16 Top-k rows on AVX2 store their output from the `x - hi` their statistics pass
+/// saved (`row::SAVED_CENTRED`, `Storage::SAVES_CENTRED`), with the generic kernel's bits; no
+/// other storage does, nor an uncentred row, nor one streamed group by group. The same bits would come from
+/// the row itself, so only the count shows that the saved values are read.
+#[test]
+fn bf16_top_k_stores_from_saved_centred_values() {
+    if !levels().contains(&Level::Avx2) {
+        eprintln!("no AVX2: the saved centred values are never read here");
+        return;
+    }
+    fn run<S: Storage>(n: usize, centred: bool, stream: bool, x: &[f64]) -> usize {
+        let rows = x.len() / n;
+        let (w, b) = affine(&mut Rng(11 + n as u64), n);
+        let xs: Vec<S> = x.iter().map(|&v| S::from_f64(v)).collect();
+        let spec = NormSpec { kind: NormKind::TopK { k: 8 }, centred, eps: 1e-5, constant: ConstMode::One };
+        let ctx = RowCtx { stream_output: stream, ..crate::row::ctx::<f32>(&spec, n).unwrap() };
+        let mut y = vec![S::default(); xs.len()];
+        let mut st = vec![RowStats::default(); rows];
+        let wv: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+        let before = FROM_SAVED.with(|r| r.get());
+        // Streamed rows written group by group (a staged row is computed at its start).
+        UNSTAGED.with(|u| u.set(stream));
+        rows_at::<S>(Level::Avx2, &ctx, &xs, &mut y, &mut st, Some(&wv), None, &mut Scratch::<f32>::new(n));
+        UNSTAGED.with(|u| u.set(false));
+        let saved = FROM_SAVED.with(|r| r.get()) - before;
+        assert!(compare_spec::<S>(&spec, &xs, n, &in_storage::<S>(&w), &in_storage::<S>(&b), "top-k from saved") > 0);
+        saved
+    }
+    for n in [64usize, 100, 1024, 1000] {
+        let mut rng = Rng(97 + n as u64);
+        let x: Vec<f64> = (0..16 * n).map(|_| rng.normal() * 3.0 + 0.5).collect();
+        assert_eq!(run::<bf16>(n, true, false, &x), 16, "bf16 n={n}: every Gaussian row from its saved values");
+        assert_eq!(run::<bf16>(n, false, false, &x), 0, "bf16 n={n} uncentred");
+        assert_eq!(run::<bf16>(n, true, true, &x), 0, "bf16 n={n} streamed unstaged");
+        assert_eq!(run::<f16>(n, true, false, &x), 0, "f16 n={n}");
+        assert_eq!(run::<f32>(n, true, false, &x), 0, "f32 n={n}");
+    }
 }

@@ -219,6 +219,15 @@ pub(crate) trait Storage: Element {
     /// # Safety
     /// As [`F32x16::store_f32`].
     unsafe fn store<V: F32x16>(v: V, p: *mut Self);
+    /// Whether the fused Top-k forward saves a row's centred values for its store pass on AVX2
+    /// (`row::SAVED_CENTRED`): where widening the storage costs vector operations that the
+    /// store pass then spares. bf16 only, by `examples/prefetch_ahead.rs` on the AVX2 host
+    /// (switch `saved`, Top-k 4096x1024, 150 runs a side, time off over time on): bf16
+    /// 1.03-1.07 in six runs; with f16 and f32 saving too, f16 0.95-0.96 and f32 0.72 (why
+    /// f32 lost that much was not found; its row is read by loads folded into the
+    /// subtractions, so it had little to gain). One thread, rows in cache
+    /// (`examples/forward_wall.rs`): bf16 0.428 -> 0.405-0.416 us per row of 1024.
+    const SAVES_CENTRED: bool = false;
     /// Whether [`Storage::store_non_nan`] differs from [`Storage::store`] (on NaN lanes).
     const NON_NAN_STORE_IS_PARTIAL: bool = false;
     /// [`Storage::store`] for lanes that are not NaN (a NaN lane may be stored wrong, see
@@ -383,6 +392,7 @@ impl Storage for bf16 {
         v.store_bf16(p as *mut u16)
     }
     const NON_NAN_STORE_IS_PARTIAL: bool = true;
+    const SAVES_CENTRED: bool = true;
     #[inline(always)]
     unsafe fn store_non_nan<V: F32x16>(v: V, p: *mut Self) {
         v.store_bf16_non_nan(p as *mut u16)
