@@ -1480,8 +1480,8 @@ unsafe fn output_of<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS
 /// `FROM_T`: each group's `x - hi` is read from `p.t` (saved by the statistics pass; centred,
 /// the groups starting at the row's start), not computed from `x`.
 ///
-/// Each group also prefetches the bytes at the same offset of the row ahead (`p.ahead`), so
-/// that row is read from memory while this one is computed and written, not after. Without
+/// The groups also prefetch the row ahead (`p.ahead`) at the same offsets, once per 64 bytes,
+/// so that row is read from memory while this one is computed and written, not after. Without
 /// it a row's passes ran in turn: the first read the row from memory, and the memory idled
 /// while the others ran from L1. In-process A/B on the AVX2 host of the README
 /// (`examples/prefetch_ahead.rs`, time without over time with, medians): f32 4096x1024

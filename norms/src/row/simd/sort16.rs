@@ -171,8 +171,7 @@ mod tests {
         super::super::tests::assert_sorts_16_desc(|keys| unsafe { sorted(keys) });
     }
 
-    /// The rank-based k-th largest against `rank_select`'s, on keys with ties and spread out,
-    /// every k.
+    /// The rank-based k-th largest against `rank_select`'s, on keys with ties and spread out.
     #[test]
     fn kth_largest_by_ranks() {
         if !crate::row::has_avx2() {
@@ -183,26 +182,9 @@ mod tests {
         unsafe fn kth(keys: [f32; W], k: usize) -> f32 {
             kth_largest(_mm256_loadu_ps(keys.as_ptr()), _mm256_loadu_ps(keys.as_ptr().add(8)), k)
         }
-        let mut s = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        for round in 0..20_000 {
-            let spread = round % 2 == 0;
-            let keys: [f32; W] = std::array::from_fn(|_| {
-                let r = next();
-                if spread {
-                    f32::from_bits((r as u32) & 0x7F7F_FFFF)
-                } else {
-                    (r % 5) as f32 * 0.5
-                }
-            });
-            let k = 1 + round % W;
+        super::super::tests::selection_cases(|keys, k, _| {
             // SAFETY: AVX2 detected above.
             assert_eq!(unsafe { kth(keys, k) }.to_bits(), crate::row::rank_select::kth_largest_of_16(keys, k).to_bits(), "{keys:?} k {k}");
-        }
+        });
     }
 }

@@ -115,28 +115,10 @@ mod tests {
         }
         // SAFETY: AVX-512F detected above.
         super::super::tests::assert_sorts_16_desc(|keys| unsafe { sorted(keys) });
-        let mut s = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        for round in 0..20_000 {
-            // Magnitudes with ties (a few distinct values) or spread out.
-            let spread = round % 2 == 0;
-            let keys: [f32; W] = std::array::from_fn(|_| {
-                let r = next();
-                if spread {
-                    f32::from_bits((r as u32) & 0x7F7F_FFFF)
-                } else {
-                    (r % 5) as f32 * 0.5
-                }
-            });
-            let k = 1 + (next() as usize) % W;
+        super::super::tests::selection_cases(|keys, k, r| {
             // SAFETY: AVX-512F detected above.
             assert_eq!(unsafe { kth(keys, k) }.to_bits(), crate::row::rank_select::kth_largest_of_16(keys, k).to_bits(), "{keys:?} k {k}");
-            let m = k + (next() as usize) % (W + 1 - k);
+            let m = k + (r as usize) % (W + 1 - k);
             let mut got = keys.to_vec();
             let mut want = keys.to_vec();
             // SAFETY: as above.
@@ -145,6 +127,6 @@ mod tests {
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got[..k]), bits(&want[..k]), "{keys:?} m {m} k {k}");
             assert_eq!(bits(&got[m..]), bits(&keys[m..]), "past m untouched");
-        }
+        });
     }
 }

@@ -48,6 +48,32 @@ pub(super) fn assert_sorts_16_desc(sorted: impl Fn([i32; W]) -> [i32; W]) {
     }
 }
 
+/// 20,000 selection cases for the networks' k-th largest and top-k (`sort16`, `sort16_avx512`):
+/// 16 magnitudes, alternately spread out and with ties (a few distinct values), a k in 1..=16,
+/// and a random word for anything else a test draws.
+pub(super) fn selection_cases(mut each: impl FnMut([f32; W], usize, u64)) {
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for round in 0..20_000 {
+        let spread = round % 2 == 0;
+        let keys: [f32; W] = std::array::from_fn(|_| {
+            let r = next();
+            if spread {
+                f32::from_bits((r as u32) & 0x7F7F_FFFF)
+            } else {
+                (r % 5) as f32 * 0.5
+            }
+        });
+        let k = 1 + (next() as usize) % W;
+        each(keys, k, next());
+    }
+}
+
 /// A buffer aligned for the streaming stores.
 #[repr(align(64))]
 struct Aligned<T>(T);
