@@ -1149,7 +1149,7 @@ unsafe fn top_k_of_marked<V: F32x16, S: Storage>(
     // `stats::mean_of_sorted_top_k`: k <= 16 (`stats::uses_lane_maxima`) magnitudes, each
     // `0 + v = v` in its lane of the sum, the rest zero, combined.
     debug_assert!(k <= W && cand.len() >= W);
-    V::select_first(k, V::load_f32(cand.as_ptr()), V::splat(0.0)).combine() / k as f32
+    super::simd::mean_of_k(V::select_first(k, V::load_f32(cand.as_ptr()), V::splat(0.0)).combine(), k)
 }
 
 /// `|z| = |fl(fl(x_j - hi) - lo)|` of the four values of each marked lane of `list`

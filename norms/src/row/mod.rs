@@ -129,7 +129,8 @@ pub static SELECT_IN_REGISTERS: std::sync::atomic::AtomicBool = std::sync::atomi
 
 /// Whether the fused Top-k forward's store pass reads the centred values `t = x - hi` that its
 /// statistics pass saved (`fused::top_k_pass`), rather than reading the row again and
-/// subtracting `hi` (the same bits). On; a switch only so that `examples/prefetch_ahead.rs`
+/// subtracting `hi` (the same bits); for the storage types that `Storage::SAVES_CENTRED` names,
+/// on AVX2. On; a switch only so that `examples/prefetch_ahead.rs`
 /// (switch `saved`) can measure what it brings in one process.
 #[doc(hidden)]
 pub static SAVED_CENTRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);

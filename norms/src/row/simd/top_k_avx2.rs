@@ -124,8 +124,5 @@ pub(super) unsafe fn mean_of_marked<V: F32x16, S: Storage, const EVEN_ODD: bool>
     // `fused::top_k_of_marked`'s sum: the k largest in their lanes, the rest zero, combined.
     // SAFETY of the slice: its 16 values were written (zeroed above, then some overwritten).
     super::sort16::top_k_of_few(std::slice::from_raw_parts_mut(cp, W), kept, k);
-    let sum = V::select_first(k, V::load_f32(cp), V::splat(0.0)).combine();
-    // A power of two divides as its exact reciprocal multiplies (one rounding of the same
-    // quotient), in a third of a division's latency, at the end of the row's longest chain.
-    Some(if k.is_power_of_two() { sum * (1.0 / k as f32) } else { sum / k as f32 })
+    Some(super::mean_of_k(V::select_first(k, V::load_f32(cp), V::splat(0.0)).combine(), k))
 }

@@ -102,5 +102,5 @@ pub(super) unsafe fn mean_of_marked<S: Storage>(row: MarkedRow<S>) -> Option<f32
     let sorted = _mm512_castsi512_ps(sort16_desc(cand));
     // `fused::top_k_of_marked`'s sum: the k largest in their lanes, the rest zero, combined.
     let top = super::avx512::Avx512::from_register(_mm512_maskz_mov_ps(first(k), sorted));
-    Some(super::F32x16::combine(top) / k as f32)
+    Some(super::mean_of_k(super::F32x16::combine(top), k))
 }
