@@ -22,7 +22,7 @@
 
 use super::kernel::{needs_rescue, Scratch};
 use super::rank_select;
-use super::simd::{load_partial, sfence, store_partial, F32x16, MarkList, MarkedRow, Storage, W};
+use super::simd::{load_partial, sfence, store_partial, write_set_bits, F32x16, MarkList, MarkedRow, Storage, W};
 use super::stats::{self, Raw, RowCtx, RowStats};
 use crate::accum::Real;
 use crate::counters::Counters;
@@ -449,7 +449,11 @@ unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
 /// it; `None` (nothing written) when the statistics need the generic kernel's rescue.
 /// `affine_max`: the largest `|w_j|` (1 without a weight) and `|b_j|` (0 without a bias).
 /// `sum`: the sum of the row's values if already known (centred rows); `next`: the next row of
-/// the task, whose sum is then computed along (returned second: [`fold_with_next`]). `lines`:
+/// the task, whose sum is then computed along (returned second: [`fold_with_next`]), by the
+/// statistics pass, or by the store pass where it reads the row's saved centred values
+/// ([`store_groups`], `NEXT`): that pass had ports to spare, the statistics pass had not
+/// (bf16 Top-k 4096x1024, in-process A/B with temporary switches, time before over time
+/// after, 300 runs a side, two threads: 1.009-1.015 in five runs; one thread 1.047). `lines`:
 /// the row ahead (prefetched by the store pass) and what this row asks for early.
 /// `(abs, marks, t_row)`: Top-k's candidates and marks, and room for the row's centred values
 /// (as long as the row, or none: [`top_k_lane_maxima`]).
@@ -474,8 +478,10 @@ unsafe fn row<V: F32x16, S: Storage>(
         return (None, next_sum);
     }
     let check = !outputs_surely_finite::<S>(z_max, raw.s, affine_max);
-    let bad = normalize_store::<V, S>(ctx, x, y, &raw, affine, check, lines.ahead, saved);
-    (Some((raw.widen(0), bad)), next_sum)
+    // A row stored from its saved centred values sums the next row in its store pass.
+    let sum_next = if saved.is_some() { next } else { None };
+    let (bad, stored_sum) = normalize_store::<V, S>(ctx, x, y, &raw, affine, check, lines.ahead, saved, sum_next);
+    (Some((raw.widen(0), bad)), next_sum.or(stored_sum))
 }
 
 /// Cache lines a row asks for before its store pass needs them, while its statistics keep the
@@ -771,7 +777,8 @@ const BLOCK: usize = 4 * W;
 /// order: [`F32x16::store_lanes`]), and the row's store pass reads them back instead of
 /// reading the row and subtracting `hi` again (returned fifth): the same values, and on a bf16
 /// row four vector operations fewer per group where the store pass does twenty, for two
-/// stores per group in the pass.
+/// stores per group in the pass. The selection's gather reads them too (`simd::top_k_avx2`),
+/// and the pass leaves `next` to the store pass ([`row`]): it returns no next sum then.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn top_k_lane_maxima<'t, V: F32x16, S: Storage>(
@@ -798,7 +805,9 @@ unsafe fn top_k_lane_maxima<'t, V: F32x16, S: Storage>(
         let (d, t_max, next_sum, saved) = match t_row {
             Some(t) => {
                 assert!(t.len() >= n, "centred-values scratch too small");
-                let (d, m, s) = isolated_top_k_pass::<V, S, true, true>(x, hi, next, bmax, t.as_mut_ptr());
+                // The next row's sum is left to the store pass, which reads `t`, not the row
+                // (`row`: the pass that has idle ports).
+                let (d, m, s) = isolated_top_k_pass::<V, S, true, true>(x, hi, None, bmax, t.as_mut_ptr());
                 (d, m, s, Some(&*t))
             }
             None => {
@@ -823,7 +832,7 @@ unsafe fn top_k_lane_maxima<'t, V: F32x16, S: Storage>(
                 // A `match`, not `unwrap_or_else`: a closure is a function of its own, which
                 // does not inherit the caller's target features when not inlined (then every
                 // intrinsic in it is a call: bf16 Top-k rows on AVX2 took 4x longer).
-                let stat = match in_registers::<V, S>(x, blocks, bmax, c, (hi, lo), t0, k, cand) {
+                let stat = match in_registers::<V, S>(x, blocks, bmax, c, (hi, lo), t0, k, cand, saved) {
                     Some(stat) => stat,
                     None => {
                         mark_blocks::<V>(bmax, blocks, c, &mut list);
@@ -842,7 +851,7 @@ unsafe fn top_k_lane_maxima<'t, V: F32x16, S: Storage>(
         }
         let t0 = m.kth_largest_magnitude(k);
         // `(v - 0) - 0` is `v` exactly (signed zeros and NaN included): the gather's |z|.
-        let stat = match in_registers::<V, S>(x, blocks, bmax, t0, (0.0, 0.0), t0, k, cand) {
+        let stat = match in_registers::<V, S>(x, blocks, bmax, t0, (0.0, 0.0), t0, k, cand, None) {
             Some(stat) => stat,
             None => {
                 mark_blocks::<V>(bmax, blocks, t0, &mut list);
@@ -868,11 +877,12 @@ unsafe fn in_registers<V: F32x16, S: Storage>(
     t0: f32,
     k: usize,
     cand: &mut [f32],
+    t: Option<&[f32]>,
 ) -> Option<f32> {
     if x.len() != BLOCK * blocks || cand.len() < W * blocks + W || !(1..=W).contains(&k) {
         return None;
     }
-    let row = MarkedRow { x: x.as_ptr(), blocks, bmax, c, hi_lo, t0, k, pos: cand.as_mut_ptr() as *mut u32 };
+    let row = MarkedRow { x: x.as_ptr(), blocks, bmax, c, hi_lo, t0, k, pos: cand.as_mut_ptr() as *mut u32, t: t.map_or(std::ptr::null(), |t| t.as_ptr()) };
     let mean = V::top_k_mean_in_registers::<S>(row);
     #[cfg(test)]
     if mean.is_some() {
@@ -1179,21 +1189,9 @@ unsafe fn gather_marked<V: F32x16, S: Storage>(x: &[S], list: &MarkList, (hi, lo
         while hit != 0 {
             let i = hit.trailing_zeros() as u16;
             hit &= hit - 1;
-            let mut bits = list.words.add(64 * run + i as usize).read_unaligned();
-            let count = bits.count_ones() as usize;
-            let (base, at) = (64 * i, pp.add(marked));
-            // tzcnt of 0 is 64: past the count, harmless.
-            for q in 0..4 {
-                *at.add(q) = base + bits.trailing_zeros() as u16;
-                bits &= bits.wrapping_sub(1);
-            }
-            let mut q = 4;
-            while bits != 0 {
-                *at.add(q) = base + bits.trailing_zeros() as u16;
-                bits &= bits - 1;
-                q += 1;
-            }
-            marked += count;
+            let bits = list.words.add(64 * run + i as usize).read_unaligned();
+            write_set_bits(bits, 64 * i, pp.add(marked));
+            marked += bits.count_ones() as usize;
         }
         // A run covers 64 * 64 marks, 16 per block of 64 values.
         let first = xp.add(64 * 64 * 4 * run);
@@ -1294,7 +1292,8 @@ unsafe fn normalize_store<V: F32x16, S: Storage>(
     check: bool,
     ahead: *const u8,
     saved: Option<&[f32]>,
-) -> u64 {
+    next: Option<&[S]>,
+) -> (u64, Option<f32>) {
     let t = match saved {
         Some(t) => {
             assert!(ctx.centred && t.len() >= x.len(), "saved centred values of another row");
@@ -1302,14 +1301,22 @@ unsafe fn normalize_store<V: F32x16, S: Storage>(
         }
         None => std::ptr::null(),
     };
-    let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, terms: *affine, ahead, t };
+    let next = match next {
+        Some(nx) => {
+            assert_eq!(nx.len(), x.len(), "the next row has another length");
+            nx.as_ptr() as *const u8
+        }
+        None => std::ptr::null(),
+    };
+    let p = Affine { hi: raw.hi, lo: raw.lo, s: raw.s, terms: *affine, ahead, t, next, next_sum: std::cell::Cell::new(None) };
     let (has_w, has_b) = (!affine.w.is_empty(), !affine.b.is_empty());
     let stream = ctx.stream_output;
-    if check {
+    let bad = if check {
         store_row_variant::<V, S, true>(ctx.centred, has_w, has_b, x, y, &p, stream)
     } else {
         store_row_variant::<V, S, false>(ctx.centred, has_w, has_b, x, y, &p, stream)
-    }
+    };
+    (bad, p.next_sum.get())
 }
 
 /// [`store_row`] for the centring and affine terms given at run time.
@@ -1347,6 +1354,11 @@ struct Affine<'a> {
     /// The row's centred values `x - hi` as its statistics pass saved them (whole groups, in
     /// register order: [`top_k_lane_maxima`]), or null.
     t: *const f32,
+    /// The next row (as long as this one, in the same storage), whose sum a store pass from
+    /// `t` computes along ([`store_groups`], `NEXT`), or null.
+    next: *const u8,
+    /// That sum, `fold_with_next`'s bits, once computed.
+    next_sum: std::cell::Cell<Option<f32>>,
 }
 
 /// Values before the first address of `y` aligned to a group's size (16 values): where the
@@ -1397,23 +1409,32 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
     // one is the row stored again with the NaN-exact rounding (bf16), and counted exactly from
     // the stored bits.
     maybe_bad |= if stream {
-        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true, false>(xg, yg, p)
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true, false, false>(xg, yg, p).0
     } else if CENTRED && !CHECK && !p.t.is_null() {
         // The groups from the saved `t` (they start at the row's start: not streamed).
         #[cfg(test)]
         FROM_SAVED.with(|r| r.set(r.get() + 1));
-        store_groups::<V, S, CENTRED, HAS_W, HAS_B, false, false, false, true>(xg, yg, p)
+        if p.next.is_null() {
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, false, false, false, true, false>(xg, yg, p).0
+        } else {
+            let (bad, s) = store_groups::<V, S, CENTRED, HAS_W, HAS_B, false, false, false, true, true>(xg, yg, p);
+            // The tail as `block_maxima` adds it (the groups are the same: no head).
+            let tail = std::slice::from_raw_parts((p.next as *const S).add(full), n - full);
+            let s = if full < n { V::select_first(n - full, s + load_partial::<V, S>(tail), s) } else { s };
+            p.next_sum.set(Some(s.combine()));
+            bad
+        }
     } else {
-        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false, false>(xg, yg, p)
+        store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, false, false, false>(xg, yg, p).0
     };
     if !maybe_bad {
         return 0;
     }
     if S::NON_NAN_STORE_IS_PARTIAL {
         if stream {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true, false>(xg, yg, p);
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, true, false, false>(xg, yg, p);
         } else {
-            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false, false>(xg, yg, p);
+            store_groups::<V, S, CENTRED, HAS_W, HAS_B, true, true, false, false, false>(xg, yg, p);
         }
     }
     S::count_nonfinite(y)
@@ -1478,7 +1499,9 @@ unsafe fn output_of<V: F32x16, const CENTRED: bool, const HAS_W: bool, const HAS
 /// in the storage type (or is NaN), if `CHECK` (else false). `EXACT_NAN`: round NaN exactly
 /// too (without `CHECK` there is no NaN). `NT`: non-temporal stores (`y` aligned to a group).
 /// `FROM_T`: each group's `x - hi` is read from `p.t` (saved by the statistics pass; centred,
-/// the groups starting at the row's start), not computed from `x`.
+/// the groups starting at the row's start), not computed from `x`. `NEXT` (with `FROM_T`):
+/// the lane sums of the next row's groups (`p.next`) are returned second, added group by group
+/// in the order of `fold_with_next`, whose bits the caller's sum then has (zero without).
 ///
 /// The groups also prefetch the row ahead (`p.ahead`) at the same offsets, once per 64 bytes,
 /// so that row is read from memory while this one is computed and written, not after. Without
@@ -1499,12 +1522,16 @@ unsafe fn store_groups<
     const EXACT_NAN: bool,
     const NT: bool,
     const FROM_T: bool,
+    const NEXT: bool,
 >(
     x: &[S],
     y: &mut [S],
     p: &Affine,
-) -> bool {
+) -> (bool, V) {
     debug_assert!(!FROM_T || (CENTRED && p.terms.head == 0 && !p.t.is_null()));
+    debug_assert!(!NEXT || (FROM_T && !p.next.is_null()));
+    let q = p.next as *const S;
+    let mut s = V::splat(0.0);
     let full = x.len() - x.len() % W;
     let zero = V::splat(0.0);
     // The weight and bias of these groups, in register order.
@@ -1530,6 +1557,9 @@ unsafe fn store_groups<
         if CHECK {
             big = big.max_abs_bits(r);
         }
+        if NEXT {
+            s = s + S::load(q.add(i));
+        }
         match (EXACT_NAN, NT) {
             (true, false) => S::store(r, yp.add(i)),
             (false, false) => S::store_non_nan(r, yp.add(i)),
@@ -1537,7 +1567,7 @@ unsafe fn store_groups<
             (false, true) => S::store_non_nan_nt(r, yp.add(i)),
         }
     });
-    CHECK && big.to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS)
+    (CHECK && big.to_array().iter().any(|&m| m.to_bits() > S::MAX_FINITE_BITS), s)
 }
 
 /// Ask for the cache line of `p` (a hint: no fault, nothing else happens).

@@ -127,11 +127,12 @@ pub static STAGED_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 #[doc(hidden)]
 pub static SELECT_IN_REGISTERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Whether the fused Top-k forward's store pass reads the centred values `t = x - hi` that its
-/// statistics pass saved (`fused::top_k_pass`), rather than reading the row again and
-/// subtracting `hi` (the same bits); for the storage types that `Storage::SAVES_CENTRED` names,
-/// on AVX2. On; a switch only so that `examples/prefetch_ahead.rs`
-/// (switch `saved`) can measure what it brings in one process.
+/// Whether the fused Top-k forward's statistics pass saves the centred values `t = x - hi`
+/// (`fused::top_k_pass`) for the selection's gather and the store pass to read, rather than
+/// reading the row again and subtracting `hi` (the same bits), the store pass then summing the
+/// next row in place of the statistics pass (`fused::row`); for the storage types that
+/// `Storage::SAVES_CENTRED` names, on AVX2. On; a switch only so that
+/// `examples/prefetch_ahead.rs` (switch `saved`) can measure what it brings in one process.
 #[doc(hidden)]
 pub static SAVED_CENTRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 

@@ -379,6 +379,17 @@ fn top_k_rows_of_whole_blocks_select_without_branches() {
             }
         }
     }
+    // Rows of 1, 3 and 9 blocks: an odd block fills half of AVX2's last word of marks.
+    for n in [64usize, 192, 576] {
+        let mut rng = Rng(77 + n as u64);
+        let gauss: Vec<f64> = (0..64 * n).map(|_| rng.normal()).collect();
+        for (level, centred) in here.iter().flat_map(|&l| [(l, true), (l, false)]) {
+            for (dtype, (fast, checked)) in [("f32", run::<f32>(level, n, 8, centred, &gauss)), ("bf16", run::<bf16>(level, n, 8, centred, &gauss))] {
+                assert!(fast >= 32, "{level:?} {dtype} n={n} centred={centred}: {fast} of 64 rows in registers");
+                assert!(checked > 0);
+            }
+        }
+    }
 }
 
 /// Top-k on rows longer than one run of the candidate gather (64 mask words, 16384 values):

@@ -205,6 +205,9 @@ pub(crate) struct MarkedRow<S> {
     pub k: usize,
     /// Room for `16 blocks + 16` positions.
     pub pos: *mut u32,
+    /// The row's centred values `x - hi` (`z = fl(t - lo)`) where its statistics pass saved
+    /// them (whole groups in register order: `fused::top_k_lane_maxima`), else null.
+    pub t: *const f32,
 }
 
 /// Top-k's mean from the sum of its k values (`stats::mean_of_sorted_top_k`'s `sum / k`), for
@@ -239,7 +242,9 @@ pub(crate) trait Storage: Element {
     /// 1.03-1.07 in six runs; with f16 and f32 saving too, f16 0.95-0.96 and f32 0.72 (why
     /// f32 lost that much was not found; its row is read by loads folded into the
     /// subtractions, so it had little to gain). One thread, rows in cache
-    /// (`examples/forward_wall.rs`): bf16 0.428 -> 0.405-0.416 us per row of 1024.
+    /// (`examples/forward_wall.rs`): bf16 0.428 -> 0.405-0.416 us per row of 1024. Since the
+    /// gather also reads the saved values and the store pass sums the next row (`fused::row`),
+    /// the same switch measured bf16 1.059-1.069 (three runs, 300 a side, two threads).
     const SAVES_CENTRED: bool = false;
     /// Whether [`Storage::store_non_nan`] differs from [`Storage::store`] (on NaN lanes).
     const NON_NAN_STORE_IS_PARTIAL: bool = false;
@@ -274,6 +279,27 @@ pub(crate) trait Storage: Element {
     #[inline(always)]
     unsafe fn store_non_nan_nt<V: F32x16>(v: V, p: *mut Self) {
         Self::store_nt(v, p)
+    }
+}
+
+/// The numbers of the set bits of `word` plus `base`, in increasing order, written from `at`:
+/// the marks of Top-k's selections (`fused::gather_marked`, `top_k_avx2`). Marks are few and
+/// scattered, so a loop over them would mispredict its exit about once per word; four are
+/// written unconditionally (`tzcnt` of 0 is 64: a value past the count, harmless, with `base`
+/// at most `u16::MAX - 64`), and the loop runs only for a fifth and more. `at` must have room
+/// for four values, or the word's popcount if more.
+#[inline(always)]
+pub(crate) unsafe fn write_set_bits(word: u64, base: u16, at: *mut u16) {
+    let mut bits = word;
+    for q in 0..4 {
+        *at.add(q) = base + bits.trailing_zeros() as u16;
+        bits &= bits.wrapping_sub(1);
+    }
+    let mut q = 4;
+    while bits != 0 {
+        *at.add(q) = base + bits.trailing_zeros() as u16;
+        bits &= bits - 1;
+        q += 1;
     }
 }
 

@@ -52,7 +52,7 @@ fn first(count: usize) -> __mmask16 {
 /// values, `pos` for writing `16 blocks + 16` positions; `1 <= k <= 16`.
 #[inline(always)]
 pub(super) unsafe fn mean_of_marked<S: Storage>(row: MarkedRow<S>) -> Option<f32> {
-    let MarkedRow { x, blocks, bmax, c, hi_lo: (hi, lo), t0, k, pos } = row;
+    let MarkedRow { x, blocks, bmax, c, hi_lo: (hi, lo), t0, k, pos, .. } = row;
     debug_assert!((1..=W).contains(&k));
     // The positions of the marked lanes (the offset of each lane's first value), block by
     // block; each block writes 16 and advances by its count.
