@@ -148,15 +148,19 @@ pub(super) unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f3
 }
 
 /// The compare masks of four registers of eight f32 lanes, in that order, narrowed to bytes
-/// (two signed packs, which interleave by 128-bit halves) and moved to a word: bit b for
-/// byte b of the packed register, whose 4-byte quarters hold the lanes in the order
+/// by two signed packs, which interleave by 128-bit halves: the 4-byte quarters of the result
+/// hold the lanes in the order
 /// `r0[0..4] r1[0..4] r2[0..4] r3[0..4] r0[4..8] r1[4..8] r2[4..8] r3[4..8]`.
 #[inline(always)]
-unsafe fn packed_masks(r: [__m256; 4], order: __m256i) -> u32 {
+pub(super) unsafe fn packed_bytes(r: [__m256; 4]) -> __m256i {
     let c = |v: __m256| _mm256_castps_si256(v);
-    let p = _mm256_packs_epi32(c(r[0]), c(r[1]));
-    let q = _mm256_packs_epi32(c(r[2]), c(r[3]));
-    _mm256_movemask_epi8(_mm256_permutevar8x32_epi32(_mm256_packs_epi16(p, q), order)) as u32
+    _mm256_packs_epi16(_mm256_packs_epi32(c(r[0]), c(r[1])), _mm256_packs_epi32(c(r[2]), c(r[3])))
+}
+
+/// [`packed_bytes`] with its quarters permuted by `order`, moved to a word: bit b for byte b.
+#[inline(always)]
+unsafe fn packed_masks(r: [__m256; 4], order: __m256i) -> u32 {
+    _mm256_movemask_epi8(_mm256_permutevar8x32_epi32(packed_bytes(r), order)) as u32
 }
 
 /// [`F32x16::ge_mask_2`] for a layout whose registers hold lanes 0-7 and 8-15 of each group:

@@ -77,7 +77,7 @@ unsafe fn marks_of_quads(bmax: *const f32, blocks: usize, c: f32) -> [u64; MAX_B
 #[inline(always)]
 unsafe fn pair_marks(bmax: *const f32, blocks: usize, g: usize, cv: __m256) -> u64 {
     let b = bmax.add(2 * W * g);
-    let none = _mm256_setzero_si256();
+    let none = _mm256_setzero_ps();
     let r = if 2 * g + 1 < blocks {
         [ge(b, cv), ge(b.add(8), cv), ge(b.add(16), cv), ge(b.add(24), cv)]
     } else if 2 * g < blocks {
@@ -90,15 +90,15 @@ unsafe fn pair_marks(bmax: *const f32, blocks: usize, g: usize, cv: __m256) -> u
 
 /// The eight lanes at `p` compared with `c` (`>=`, ordered): all ones where they reach it.
 #[inline(always)]
-unsafe fn ge(p: *const f32, c: __m256) -> __m256i {
-    _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_loadu_ps(p), c))
+unsafe fn ge(p: *const f32, c: __m256) -> __m256 {
+    _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_loadu_ps(p), c)
 }
 
-/// Four registers of 32-bit masks as the bits of a word, narrowed by two signed packs (the
-/// order of [`marks_of_quads`]).
+/// Four registers of compare masks as the bits of a word: [`avx2::packed_bytes`], whose
+/// order [`marks_of_quads`] keeps (no permute back to memory order).
 #[inline(always)]
-unsafe fn packed_marks(r: [__m256i; 4]) -> u32 {
-    _mm256_movemask_epi8(_mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]))) as u32
+unsafe fn packed_marks(r: [__m256; 4]) -> u32 {
+    _mm256_movemask_epi8(avx2::packed_bytes(r)) as u32
 }
 
 /// The indices of the set bits of `words` (bit j of word w: index `64 w + j`), in increasing
