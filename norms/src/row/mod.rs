@@ -330,8 +330,8 @@ fn forward_impl<T: Element, A: Real>(
 /// Measured on the AVX2 host of the README (in one process, alternating, time with the old
 /// tasks over time with tasks 4x as large, medians of 300 runs, two threads): 16384x4096 bf16
 /// Top-k 1.107 and RMSNorm 1.075 (8 -> 32 rows per task); 4096x1024 Top-k bf16 1.006-1.018 and
-/// f32 1.026, L-inf 1.010-1.013, RMSNorm 0.988-1.007 (32 -> 128 rows per task). Inputs too
-/// small to give each worker that many large tasks keep the old size.
+/// f32 1.026, L-inf 1.010-1.013, RMSNorm 0.988-1.007 (32 -> 128 rows per task). Smaller inputs
+/// get tasks between the two sizes, never below the old one.
 fn rows_per_task(rows: usize, n: usize, threads: usize) -> usize {
     let small = (TASK_ELEMS / n).max(1);
     let large = (LARGE_TASK_ELEMS / n).max(1);
