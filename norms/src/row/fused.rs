@@ -1042,8 +1042,7 @@ unsafe fn block_maxima<V: F32x16, S: Storage, const NEXT: bool, const SAVE: bool
         d = V::select_first(n - full, d + u, d);
         m = V::select_first(n - full, V::max_gt(a, m), m);
         if NEXT {
-            let tail = std::slice::from_raw_parts(q.add(full), n - full);
-            s = V::select_first(n - full, s + load_partial::<V, S>(tail), s);
+            s = plus_tail::<V, S>(s, std::slice::from_raw_parts(q.add(full), n - full));
         }
     }
     (d, m, s)
@@ -1252,9 +1251,22 @@ unsafe fn fold_with_next<V: F32x16, S: Storage, const K: usize>(
         for j in 0..K {
             acc[j] = V::select_first(n - full, next[j], acc[j]);
         }
-        s = V::select_first(n - full, s + load_partial::<V, S>(&nx[full..]), s);
+        s = plus_tail::<V, S>(s, &nx[full..]);
     }
     (acc, Some(s.combine()))
+}
+
+/// `s` plus the row's last, partial group `tail` (fewer than 16 values) in its first lanes,
+/// the other lanes unchanged (nothing to add when `tail` is empty): how every sum of a next
+/// row ends, so that it has the same bits whichever pass computes it ([`fold_with_next`],
+/// `block_maxima`, and `store_row` from saved values).
+#[inline(always)]
+unsafe fn plus_tail<V: F32x16, S: Storage>(s: V, tail: &[S]) -> V {
+    if tail.is_empty() {
+        s
+    } else {
+        V::select_first(tail.len(), s + load_partial::<V, S>(tail), s)
+    }
 }
 
 /// [`fold`] from the given initial accumulators.
@@ -1419,8 +1431,7 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
         } else {
             let (bad, s) = store_groups::<V, S, CENTRED, HAS_W, HAS_B, false, false, false, true, true>(xg, yg, p);
             // The tail as `block_maxima` adds it (the groups are the same: no head).
-            let tail = std::slice::from_raw_parts((p.next as *const S).add(full), n - full);
-            let s = if full < n { V::select_first(n - full, s + load_partial::<V, S>(tail), s) } else { s };
+            let s = plus_tail::<V, S>(s, std::slice::from_raw_parts((p.next as *const S).add(full), n - full));
             p.next_sum.set(Some(s.combine()));
             bad
         }
