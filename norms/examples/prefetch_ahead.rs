@@ -4,7 +4,9 @@
 //! (`row::BF16_INSTRUCTION`, switch `bf16`); also AVX2's Top-k selection by tables
 //! (`row::SELECT_IN_REGISTERS`, switch `select`); also streamed rows staged and written out
 //! whole (`row::STAGED_OUTPUT`, switch `staged`); also Top-k's store pass reading the centred
-//! values its statistics pass saved (`row::SAVED_CENTRED`, switch `saved`). Each case is timed with the switch on and off,
+//! values its statistics pass saved (`row::SAVED_CENTRED`, switch `saved`); also Top-k's rows
+//! run pipelined, each store pass after the next row's selection (`row::PIPELINED_TOP_K`,
+//! switch `pipelined`). Each case is timed with the switch on and off,
 //! alternating run by run in one process, so that both medians come from the same stretch of
 //! this shared machine's load. Gaussian inputs, a weight, accum f32, all threads.
 //!
@@ -15,7 +17,7 @@
 //! ```
 //!
 //! Arguments: runs per setting, shapes, dtypes, kinds (comma-separated), and optionally the
-//! switch (`ahead`, the default, `early`, `bf16`, `select`, `staged` or `saved`). Prints the medians and their ratio (off /
+//! switch (`ahead`, the default, `early`, `bf16`, `select`, `staged`, `saved` or `pipelined`). Prints the medians and their ratio (off /
 //! on: above 1, the switch's subject helps).
 mod common;
 use common::gaussian;
@@ -48,7 +50,7 @@ fn run<T: Element>(switch: &AtomicBool, name: &str, kind: &str, rows: usize, n: 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 && a.len() != 6 {
-        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS [ahead|early|bf16|select|staged|saved]  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
+        eprintln!("usage: prefetch_ahead RUNS SHAPES DTYPES KINDS [ahead|early|bf16|select|staged|saved|pipelined]  (e.g. 60 4096x1024 f32,bf16 rms,topk)");
         std::process::exit(2);
     }
     let switch = match a.get(5).map(String::as_str) {
@@ -58,8 +60,9 @@ fn main() {
         Some("select") => &row::SELECT_IN_REGISTERS,
         Some("staged") => &row::STAGED_OUTPUT,
         Some("saved") => &row::SAVED_CENTRED,
+        Some("pipelined") => &row::PIPELINED_TOP_K,
         Some(other) => {
-            eprintln!("unknown switch {other} (ahead, early, bf16, select, staged, saved)");
+            eprintln!("unknown switch {other} (ahead, early, bf16, select, staged, saved, pipelined)");
             std::process::exit(2);
         }
     };

@@ -253,7 +253,8 @@ fn with_kind<const KIND: u8>(ctx: &RowCtx<f32>) -> RowCtx<f32> {
     RowCtx { kind, ..*ctx }
 }
 
-/// The rows of one task: each by [`row`], or by the generic kernel when it needs a rescue.
+/// The rows of one task: each by [`row`], or by the generic kernel when it needs a rescue;
+/// Top-k's rows on AVX2 written through the caches by [`pipelined_rows`].
 #[inline(always)]
 unsafe fn rows<V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
@@ -275,6 +276,9 @@ unsafe fn rows<V: F32x16, S: Storage>(
         None => 0.0,
     };
     let affine_max = (w_max, b_max);
+    if matches!(ctx.kind, NormKind::TopK { .. }) && !V::AVX512 && !ctx.stream_output && pipelines_top_k() {
+        return pipelined_rows::<V, S>(ctx, xc, yc, sc, w, b, scr, affine_max);
+    }
     // The sum of the row's values (`hi` before the division by n), when the row before
     // computed it ([`fold_with_next`]).
     let mut sum_ahead = None;
@@ -345,6 +349,25 @@ fn stages_output() -> bool {
 thread_local! {
     /// Set by tests to write streamed rows directly on this thread ([`stages_output`]).
     static UNSTAGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether Top-k's rows run pipelined ([`pipelined_rows`]): `row::PIPELINED_TOP_K`, which
+/// tests can turn off for their own thread (`UNPIPELINED`) to compare the two orders bit for bit.
+#[inline(always)]
+fn pipelines_top_k() -> bool {
+    #[cfg(test)]
+    if UNPIPELINED.with(|u| u.get()) {
+        return false;
+    }
+    super::PIPELINED_TOP_K.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Set by tests to run Top-k's rows one by one on this thread ([`pipelines_top_k`]).
+    static UNPIPELINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tasks this thread ran through [`pipelined_rows`].
+    static PIPELINED_TASKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]
@@ -470,18 +493,159 @@ unsafe fn row<V: F32x16, S: Storage>(
     next: Option<&[S]>,
     lines: EarlyLines,
 ) -> (Option<(RowStats, u64)>, Option<f32>) {
+    let (done, next_sum) = row_statistics::<V, S>(ctx, x, affine_max, (abs, marks, t_row), sum, next, lines);
+    let Some(done) = done else {
+        return (None, next_sum);
+    };
+    // A row stored from its saved centred values sums the next row in its store pass.
+    let sum_next = if done.saved.is_some() { next } else { None };
+    let (bad, stored_sum) = normalize_store::<V, S>(ctx, x, y, &done.raw, affine, done.check, lines.ahead, done.saved, sum_next);
+    (Some((done.raw.widen(0), bad)), next_sum.or(stored_sum))
+}
+
+/// A row between its statistics and its store pass: what [`normalize_store`] needs of it.
+struct StatsDone<'t> {
+    raw: Raw<f32>,
+    /// Whether some output may be non-finite (`outputs_surely_finite`).
+    check: bool,
+    /// The row's centred values, where its statistics pass saved them.
+    saved: Option<&'t [f32]>,
+}
+
+/// The first half of [`row`]: the statistics, or `None` when they need the generic kernel's
+/// rescue; second, the next row's sum where this row's pass computed it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn row_statistics<'t, V: F32x16, S: Storage>(
+    ctx: &RowCtx<f32>,
+    x: &[S],
+    affine_max: (f64, f64),
+    scratch: (&mut [f32], &mut [f32], Option<&'t mut [f32]>),
+    sum: Option<f32>,
+    next: Option<&[S]>,
+    lines: EarlyLines,
+) -> (Option<StatsDone<'t>>, Option<f32>) {
     if EarlyLines::applies_to::<S>() && matches!(ctx.kind, NormKind::Rms | NormKind::UnitL2) {
         lines.output();
     }
-    let (raw, z_max, next_sum, saved) = raw_stats::<V, S>(ctx, x, (abs, marks, t_row), sum, next, lines);
+    let (raw, z_max, next_sum, saved) = raw_stats::<V, S>(ctx, x, scratch, sum, next, lines);
     if needs_rescue(ctx, &raw) {
         return (None, next_sum);
     }
     let check = !outputs_surely_finite::<S>(z_max, raw.s, affine_max);
-    // A row stored from its saved centred values sums the next row in its store pass.
-    let sum_next = if saved.is_some() { next } else { None };
-    let (bad, stored_sum) = normalize_store::<V, S>(ctx, x, y, &raw, affine, check, lines.ahead, saved, sum_next);
-    (Some((raw.widen(0), bad)), next_sum.or(stored_sum))
+    (Some(StatsDone { raw, check, saved }), next_sum)
+}
+
+/// Top-k's rows of a task written through the caches, each row's store pass run after the
+/// next row's statistics and selection, not before them.
+///
+/// Why: the selection ([`top_k_lane_maxima`]) is a chain of dependent steps (threshold, marks,
+/// gather, sort) that keeps the core's ports half idle, and the store pass that follows it in
+/// [`rows`] needs its result (the scale) in every group, so only the store pass's first
+/// instructions can run beside it. The previous row's store pass needs nothing from this row:
+/// placed after this row's selection, the out-of-order core runs its groups in the ports the
+/// selection leaves free.
+///
+/// The rows' values are untouched: each row gets the same statistics and the same store pass,
+/// in another order. Sums of next rows still come from the pass that reads the row before:
+/// the statistics pass of row r sums row r + 1 where it does ([`fold_with_next`]); where row r
+/// saves its centred values and leaves that sum to a store pass, the store pass run in its
+/// place (row r - 1's, which reads its own saved values: two rows' saved values are kept) sums
+/// row r + 1. A row without a store pass before it (the task's first, or after a rescue)
+/// computes its own sum, as in [`rows`].
+///
+/// Measured on the AVX2 host of the README (`examples/prefetch_ahead.rs ... pipelined`, time
+/// row by row over time pipelined, medians of 300-400 runs a side, two threads, k = 8 with a
+/// weight), 4096x1024 in six runs: bf16 1.006-1.050, f16 0.999-1.051, f32 1.007-1.033. Rows in
+/// cache (256x1024, 2000 runs): bf16 1.010, f16 1.009, f32 0.986; one thread 1.013, 1.004,
+/// 0.978. Before, a timing-only switch that stored each row with the previous row's scale
+/// (wrong outputs, the store pass then waiting for no selection: what this order can bring at
+/// most) gave bf16 1.020-1.047, f16 0.994-1.016, f32 1.015-1.022. AVX2 only: AVX-512's
+/// selection is short (compress instructions), and rows pipelined by one had brought nothing
+/// on the AVX-512 guest in an earlier session; rows streamed around the caches (larger than
+/// the last-level cache) go row by row too (16384x4096 with the timing-only switch: bf16
+/// 1.014, f32 1.001).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pipelined_rows<V: F32x16, S: Storage>(
+    ctx: &RowCtx<f32>,
+    xc: &[S],
+    yc: &mut [S],
+    sc: &mut [RowStats],
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    scr: &mut Scratch<f32>,
+    affine_max: (f64, f64),
+) -> Counters {
+    let n = scr.a.len();
+    let rows = xc.len() / n;
+    debug_assert!(!ctx.stream_output && yc.len() == xc.len() && sc.len() == rows);
+    #[cfg(test)]
+    PIPELINED_TASKS.with(|q| q.set(q.get() + 1));
+    let mut c = Counters::default();
+    let prefetch = super::PREFETCH_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
+    let early = super::EARLY_LINES.load(std::sync::atomic::Ordering::Relaxed);
+    let saves = S::SAVES_CENTRED && !V::AVX512 && super::SAVED_CENTRED.load(std::sync::atomic::Ordering::Relaxed);
+    if saves && scr.c.len() < 2 * n {
+        scr.c.resize(2 * n, 0.0);
+    }
+    // Rows r and r - 1 keep their saved values in the two halves of `scr.c` (r % 2), which
+    // outlive the borrows of one iteration: hence raw pointers.
+    let tp = scr.c.as_mut_ptr();
+    let yp = yc.as_mut_ptr();
+    let row_of = |r: usize| xc.get(r * n..(r + 1) * n);
+    // The row whose store pass is pending.
+    let mut pending: Option<(usize, StatsDone)> = None;
+    let mut sum_ahead = None;
+    // One iteration past the last row, for its store pass: hence the index.
+    #[allow(clippy::needless_range_loop)]
+    for r in 0..=rows {
+        // The row the next read from memory will be of, as in `rows` (row r + 1 is read in
+        // this iteration: by row r's pass, or by the store pass run after it).
+        let ahead_row = if ctx.centred { r + 2 } else { r + 1 };
+        let next = if ctx.centred { row_of(r + 1) } else { None };
+        let (done, mut next_sum) = match row_of(r) {
+            Some(xr) => {
+                let ahead = match row_of(ahead_row) {
+                    Some(a) if prefetch => a.as_ptr() as *const u8,
+                    _ => xr.as_ptr() as *const u8,
+                };
+                let lines = EarlyLines::new(ctx, std::slice::from_raw_parts(yp.add(r * n), n), ahead, early);
+                let t_row = if saves { Some(std::slice::from_raw_parts_mut(tp.add(r % 2 * n), n)) } else { None };
+                row_statistics::<V, S>(ctx, xr, affine_max, (&mut scr.a, &mut scr.b, t_row), sum_ahead.take(), next, lines)
+            }
+            None => (None, None),
+        };
+        if let Some((p, prev)) = pending.take() {
+            let (xr, yr) = (&xc[p * n..(p + 1) * n], std::slice::from_raw_parts_mut(yp.add(p * n), n));
+            let ahead = match row_of(ahead_row) {
+                Some(a) if prefetch => a.as_ptr() as *const u8,
+                _ => xr.as_ptr() as *const u8,
+            };
+            // Row r + 1's sum, if row r's pass left it to a store pass.
+            let sum_next = if next_sum.is_none() && prev.saved.is_some() { next } else { None };
+            let affine = scr.lanes.affine::<V>(w, b, 0);
+            let (bad, stored_sum) = normalize_store::<V, S>(ctx, xr, yr, &prev.raw, &affine, prev.check, ahead, prev.saved, sum_next);
+            c.nonfinite_out += bad;
+            next_sum = next_sum.or(stored_sum);
+        }
+        if let Some(xr) = row_of(r) {
+            match done {
+                Some(done) => {
+                    sc[r] = done.raw.widen(0);
+                    pending = Some((r, done));
+                }
+                None => {
+                    #[cfg(test)]
+                    RESCUED.with(|q| q.set(q.get() + 1));
+                    let yr = std::slice::from_raw_parts_mut(yp.add(r * n), n);
+                    c += super::forward_rows::<S, f32>(ctx, xr, yr, std::slice::from_mut(&mut sc[r]), w, b, scr)
+                }
+            }
+        }
+        sum_ahead = next_sum;
+    }
+    c
 }
 
 /// Cache lines a row asks for before its store pass needs them, while its statistics keep the

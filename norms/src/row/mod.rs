@@ -141,6 +141,13 @@ pub static SELECT_IN_REGISTERS: std::sync::atomic::AtomicBool = std::sync::atomi
 #[doc(hidden)]
 pub static SAVED_CENTRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Whether the fused Top-k forward runs each row's store pass after the next row's statistics
+/// and selection (`fused::pipelined_rows`), on AVX2, for rows written through the caches; else row by
+/// row (`fused::rows`), the same bits. On; a switch only so that `examples/prefetch_ahead.rs`
+/// (switch `pipelined`) can measure what it brings in one process.
+#[doc(hidden)]
+pub static PIPELINED_TOP_K: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// Whether a forward that reads and writes `bytes` in all (input plus output) should write
 /// around the caches: when they do not fit in the last-level cache together, the output's lines
 /// are evicted before anyone reads them, and a normal store first reads every destination line

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{bound_before_difference, rows_at, EarlyLines, Level, FROM_SAVED, IN_REGISTERS, RESCUED, UNSTAGED};
+use super::{bound_before_difference, rows_at, EarlyLines, Level, FROM_SAVED, IN_REGISTERS, PIPELINED_TASKS, RESCUED, UNPIPELINED, UNSTAGED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -553,5 +553,68 @@ fn bf16_top_k_stores_from_saved_centred_values() {
         assert_eq!(run::<bf16>(n, true, true, &x), 0, "bf16 n={n} streamed unstaged");
         assert_eq!(run::<f16>(n, true, false, &x), 0, "f16 n={n}");
         assert_eq!(run::<f32>(n, true, false, &x), 0, "f32 n={n}");
+    }
+}
+
+/// Top-k's rows written through the caches run each store pass after the next row's
+/// statistics (`pipelined_rows`), with the bits of the rows run one by one and of the generic
+/// kernel: whichever rows need a rescue (the first, two in a row, the last), whichever pass
+/// sums the next row (the statistics pass, or, for bf16 rows from saved values, the store pass
+/// run after it), centred or not, k within and beyond the lane maxima's reach.
+#[test]
+fn pipelined_top_k_rows_equal_rows_one_by_one() {
+    /// Output bits, statistics bits, counters, and the tasks run pipelined.
+    type Run = (Vec<u64>, Vec<(u64, u64, u64, i32, bool)>, crate::Counters, usize);
+    fn run<S: Storage>(level: Level, spec: &NormSpec, x: &[S], n: usize, w: &[f32], one_by_one: bool) -> Run {
+        let rows = x.len() / n;
+        let ctx = crate::row::ctx::<f32>(spec, n).unwrap();
+        let mut y = vec![S::default(); x.len()];
+        let mut st = vec![RowStats::default(); rows];
+        let before = PIPELINED_TASKS.with(|q| q.get());
+        UNPIPELINED.with(|u| u.set(one_by_one));
+        let c = rows_at::<S>(level, &ctx, x, &mut y, &mut st, Some(w), None, &mut Scratch::<f32>::new(n));
+        UNPIPELINED.with(|u| u.set(false));
+        let tasks = PIPELINED_TASKS.with(|q| q.get()) - before;
+        (y.iter().map(|v| v.to_f64().to_bits()).collect(), st.iter().map(stats_bits).collect(), c, tasks)
+    }
+    fn each<S: Storage>(n: usize) -> usize {
+        let rows = 10;
+        let mut rng = Rng(500 + n as u64);
+        let mut x: Vec<f64> = (0..rows * n).map(|_| rng.normal() * 2.0 + 0.25).collect();
+        // Rescued rows: the first, the fourth and fifth, the last.
+        for (r, bad) in [(0, f64::NAN), (3, f64::INFINITY), (4, f64::NAN), (rows - 1, f64::NEG_INFINITY)] {
+            x[r * n + rng.below(n)] = bad;
+        }
+        let xs: Vec<S> = x.iter().map(|&v| S::from_f64(v)).collect();
+        let (w, b) = affine(&mut rng, n);
+        let wv = in_storage::<S>(&w);
+        let mut checked = 0;
+        for k in [1usize, 8, 17] {
+            if k > n {
+                continue;
+            }
+            for centred in [true, false] {
+                let spec = NormSpec { kind: NormKind::TopK { k }, centred, eps: 1e-5, constant: ConstMode::One };
+                for level in levels() {
+                    let what = format!("{} n={n} k={k} centred={centred} {level:?}", S::DTYPE);
+                    let (y0, s0, c0, t0) = run::<S>(level, &spec, &xs, n, &wv, true);
+                    let (y1, s1, c1, t1) = run::<S>(level, &spec, &xs, n, &wv, false);
+                    // Pipelined on AVX2 only (`rows`).
+                    let want = usize::from(level == Level::Avx2);
+                    assert_eq!((t0, t1), (0, want), "{what}: pipelined tasks one by one, pipelined");
+                    assert_eq!(c0, c1, "{what}: counters");
+                    assert_eq!(s0, s1, "{what}: stats");
+                    assert_eq!(y0, y1, "{what}: outputs");
+                    checked += 1;
+                }
+                // And both against the generic kernel.
+                checked += compare_spec::<S>(&spec, &xs, n, &wv, &in_storage::<S>(&b), "pipelined");
+            }
+        }
+        checked
+    }
+    for n in [16usize, 64, 100, 1000, 1024] {
+        let checked = each::<bf16>(n) + each::<f16>(n) + each::<f32>(n);
+        assert!(levels().is_empty() || checked > 0, "n={n}: nothing compared");
     }
 }
