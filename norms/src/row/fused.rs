@@ -602,15 +602,14 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
     for r in 0..=rows {
         // The row the next read from memory will be of, as in `rows` (row r + 1 is read in
         // this iteration: by row r's pass, or by the store pass run after it).
+        // Past the task's last rows, both passes prefetch a row of their own (in cache).
         let ahead_row = if ctx.centred { r + 2 } else { r + 1 };
+        let ahead = row_of(ahead_row).filter(|_| prefetch).map(|a| a.as_ptr() as *const u8);
         let next = if ctx.centred { row_of(r + 1) } else { None };
-        let (done, mut next_sum) = match row_of(r) {
+        let this = row_of(r);
+        let (done, mut next_sum) = match this {
             Some(xr) => {
-                let ahead = match row_of(ahead_row) {
-                    Some(a) if prefetch => a.as_ptr() as *const u8,
-                    _ => xr.as_ptr() as *const u8,
-                };
-                let lines = EarlyLines::new(ctx, std::slice::from_raw_parts(yp.add(r * n), n), ahead, early);
+                let lines = EarlyLines::new(ctx, std::slice::from_raw_parts(yp.add(r * n), n), ahead.unwrap_or(xr.as_ptr() as *const u8), early);
                 let t_row = if saves { Some(std::slice::from_raw_parts_mut(tp.add(r % 2 * n), n)) } else { None };
                 row_statistics::<V, S>(ctx, xr, affine_max, (&mut scr.a, &mut scr.b, t_row), sum_ahead.take(), next, lines)
             }
@@ -618,10 +617,7 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
         };
         if let Some((p, prev)) = pending.take() {
             let (xr, yr) = (&xc[p * n..(p + 1) * n], std::slice::from_raw_parts_mut(yp.add(p * n), n));
-            let ahead = match row_of(ahead_row) {
-                Some(a) if prefetch => a.as_ptr() as *const u8,
-                _ => xr.as_ptr() as *const u8,
-            };
+            let ahead = ahead.unwrap_or(xr.as_ptr() as *const u8);
             // Row r + 1's sum, if row r's pass left it to a store pass.
             let sum_next = if next_sum.is_none() && prev.saved.is_some() { next } else { None };
             let affine = scr.lanes.affine::<V>(w, b, 0);
@@ -629,7 +625,7 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
             c.nonfinite_out += bad;
             next_sum = next_sum.or(stored_sum);
         }
-        if let Some(xr) = row_of(r) {
+        if let Some(xr) = this {
             match done {
                 Some(done) => {
                     sc[r] = done.raw.widen(0);
