@@ -10,7 +10,7 @@
 
 use crate::common;
 
-use common::{compile_cxx, run_prog};
+use common::{compile_cxx, run_prog, Sanitizer};
 
 #[test]
 fn missing_syncthreads_is_caught_by_thread_orders() {
@@ -29,7 +29,8 @@ fn missing_syncthreads_is_caught_by_thread_orders() {
 
 #[test]
 fn missing_syncthreads_is_caught_by_thread_sanitizer() {
-    let p = compile_cxx("tests/planted/planted.cu", "planted_tsan", &["-O1", "-fsanitize=thread"]);
+    // The flags of the sanitizer drivers (tests/sanitizers*.rs).
+    let p = compile_cxx("tests/planted/planted.cu", "planted_tsan", Sanitizer::Thread.flags());
     let (rc, out, err) = run_prog(&p, &["ok", "par"]);
     assert!(rc == 0 && !err.contains("ThreadSanitizer"), "correct kernel must be race-free: rc {rc}, {out}{err}");
     for case in ["nosync1", "nosync2"] {
@@ -40,11 +41,8 @@ fn missing_syncthreads_is_caught_by_thread_sanitizer() {
 
 #[test]
 fn out_of_bounds_read_is_caught_by_address_sanitizer() {
-    let p = compile_cxx(
-        "tests/planted/planted.cu",
-        "planted_asan",
-        &["-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"],
-    );
+    // The flags of the sanitizer drivers (tests/sanitizers*.rs).
+    let p = compile_cxx("tests/planted/planted.cu", "planted_asan", Sanitizer::AddressUndefined.flags());
     let (rc, out, err) = run_prog(&p, &["ok", "par"]);
     assert!(rc == 0 && !err.contains("AddressSanitizer"), "correct kernel must be clean: rc {rc}, {out}{err}");
     let (rc, _, err) = run_prog(&p, &["oob", "par"]);
