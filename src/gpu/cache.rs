@@ -165,16 +165,22 @@ fn decode(bytes: &[u8]) -> Option<Vec<u8>> {
     (magic == MAGIC && f.next().is_none() && payload.len() == len && sha256_hex(payload) == digest).then(|| payload.to_vec())
 }
 
-/// Memory cache in front of an optional disk cache.
+/// One key's image in memory, once loaded or compiled; its own lock, so that only callers of
+/// the same key wait for its compilation.
+type Slot = Arc<Mutex<Option<Arc<[u8]>>>>;
+
+/// Memory cache in front of an optional disk cache. Different keys are loaded and compiled in
+/// parallel (`normlab gpu-check --precompile` compiles the kernel families on several threads:
+/// NVRTC is thread-safe across programs); callers of one key wait for its single compilation.
 #[derive(Debug, Default)]
 pub struct ImageCache {
-    memory: Mutex<HashMap<CacheKey, Arc<[u8]>>>,
+    slots: Mutex<HashMap<CacheKey, Slot>>,
     disk: Option<DiskCache>,
 }
 
 impl ImageCache {
     pub fn new(disk: Option<DiskCache>) -> Self {
-        ImageCache { memory: Mutex::new(HashMap::new()), disk }
+        ImageCache { slots: Mutex::new(HashMap::new()), disk }
     }
 
     pub fn disk(&self) -> Option<&DiskCache> {
@@ -182,15 +188,18 @@ impl ImageCache {
     }
 
     /// The image for `key`: from memory, else from disk, else `compile()` (then stored in both).
-    /// A disk write failure is reported through `on_store_error` and otherwise ignored.
+    /// A disk write failure is reported through `on_store_error` and otherwise ignored; a
+    /// failed compilation stores nothing, so the next call tries again. Only `key`'s slot is
+    /// locked while loading or compiling: other keys proceed in parallel.
     pub fn get_or_compile<E>(
         &self,
         key: &CacheKey,
         compile: impl FnOnce() -> Result<Vec<u8>, E>,
         on_store_error: impl FnOnce(&Path, std::io::Error),
     ) -> Result<(Arc<[u8]>, Origin), E> {
-        let mut mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(img) = mem.get(key) {
+        let slot = self.slots.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_default().clone();
+        let mut mem = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(img) = mem.as_ref() {
             return Ok((img.clone(), Origin::Memory));
         }
         let (img, origin) = match self.disk.as_ref().and_then(|d| d.load(key)) {
@@ -206,7 +215,7 @@ impl ImageCache {
             }
         };
         let img: Arc<[u8]> = img.into();
-        mem.insert(key.clone(), img.clone());
+        *mem = Some(img.clone());
         Ok((img, origin))
     }
 }
@@ -315,6 +324,51 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Two keys compile at the same time: each compilation waits (up to 20 s) for the other to
+    /// start, which a cache that held one lock over every compilation would never allow.
+    /// Callers of one key share its one compilation.
+    #[test]
+    fn different_keys_compile_in_parallel_one_key_once() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        let cache = ImageCache::new(None);
+        let (to_b, from_a) = channel::<()>();
+        let (to_a, from_b) = channel::<()>();
+        let meet = |tell: std::sync::mpsc::Sender<()>, hear: std::sync::mpsc::Receiver<()>, image: &'static [u8]| {
+            move || -> Result<Vec<u8>, String> {
+                tell.send(()).map_err(|e| e.to_string())?;
+                hear.recv_timeout(Duration::from_secs(20)).map_err(|e| format!("the other compilation never started: {e}"))?;
+                Ok(image.to_vec())
+            }
+        };
+        let (ra, rb) = std::thread::scope(|s| {
+            let a = s.spawn(|| cache.get_or_compile(&key("a"), meet(to_b, from_b, b"A"), |_, _| ()));
+            let b = s.spawn(|| cache.get_or_compile(&key("b"), meet(to_a, from_a, b"B"), |_, _| ()));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!((&ra.unwrap().0[..], &rb.unwrap().0[..]), (&b"A"[..], &b"B"[..]));
+
+        let compiles = AtomicUsize::new(0);
+        let origins: Vec<Origin> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let compile = || -> Result<Vec<u8>, String> {
+                            compiles.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(50));
+                            Ok(b"C".to_vec())
+                        };
+                        cache.get_or_compile(&key("c"), compile, |_, _| ()).unwrap().1
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(compiles.load(Ordering::SeqCst), 1);
+        assert_eq!(origins.iter().filter(|o| **o == Origin::Compiled).count(), 1, "{origins:?}");
+    }
+
     #[test]
     fn compile_errors_pass_through_and_unwritable_dirs_only_warn() {
         // A file where the directory should be: the store fails, the image is still returned.
@@ -326,6 +380,9 @@ mod tests {
         assert_eq!((&img[..], origin, warned.get()), (&b"I"[..], Origin::Compiled, true));
         let e = c.get_or_compile(&key("y"), || Err::<Vec<u8>, _>("log".to_string()), |_, _| ()).unwrap_err();
         assert_eq!(e, "log");
+        // A failed compilation leaves nothing behind: the next call compiles again.
+        let (img, origin) = c.get_or_compile(&key("y"), || Ok::<_, String>(b"Y".to_vec()), |_, _| ()).unwrap();
+        assert_eq!((&img[..], origin), (&b"Y"[..], Origin::Compiled));
         std::fs::remove_file(&dir).unwrap();
     }
 }
