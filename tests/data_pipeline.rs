@@ -11,12 +11,28 @@ use normlab::data::{
 };
 use proptest::prelude::*;
 
-/// A fresh scratch directory for one test (removed first if a previous run left it).
-fn scratch(name: &str) -> PathBuf {
+/// A fresh scratch directory for one test, removed when the test ends, passed or failed (drop
+/// runs on unwind), so test runs leave nothing behind in the temporary directory.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("normlab-data-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
