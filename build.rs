@@ -8,8 +8,9 @@
 //! set when the source is not a git checkout, or git is not installed: the reports then say
 //! "unknown".
 //!
-//! The script reruns when HEAD moves (HEAD, the branch's ref, packed refs) and when a file of
-//! the sources changes (dirtiness), so the values follow the tree the crate is compiled from.
+//! The script reruns when HEAD moves (HEAD, the branch's refs directory, packed refs: those of
+//! them that exist) and when a file of the sources changes (dirtiness), so the values follow
+//! the tree the crate is compiled from.
 //! Its `git status` takes no optional lock: a status that rewrote the index would otherwise
 //! leave git's files newer than this run for nothing.
 
@@ -29,14 +30,16 @@ fn main() {
         return;
     };
     let git_dir = Path::new(&git_dir);
-    for file in ["HEAD", "packed-refs"] {
-        println!("cargo:rerun-if-changed={}", git_dir.join(file).display());
-    }
+    // Only paths that exist: cargo takes a missing one as changed, and would rerun this script
+    // and recompile the crate on every cargo command (a checkout without `packed-refs`). The
+    // branch's ref is watched through its directory (`refs/heads`): a commit on a branch whose
+    // ref was only packed creates the loose file there.
+    let mut watched = vec![git_dir.join("HEAD"), git_dir.join("packed-refs")];
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        let path = git_dir.join(&branch);
-        if path.exists() {
-            println!("cargo:rerun-if-changed={}", path.display());
-        }
+        watched.extend(git_dir.join(&branch).parent().map(Path::to_path_buf));
+    }
+    for path in watched.iter().filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     let Some(commit) = git(&["rev-parse", "HEAD"]) else {
         return;
