@@ -13,6 +13,8 @@
 //!   descriptor table, block prefix sums, typed errors, per-matrix reports.
 //! - [`residual`]: host side of the fused nGPT/anGPT residual updates (`src/cuda/residual.cu`):
 //!   launch planning with typed errors, parameter structs, per-row statistics.
+//! - [`ptx`]: each entry's parameter (size, alignment) read from NVRTC's PTX, for the ABI
+//!   checks against [`params`].
 //! - [`bounds`]: the forward error bound against the f64 reference, shared by the emulator
 //!   tests and `normlab gpu-check`.
 //! - [`cpu`]: execution of the very same .cu files on the CPU through the SIMT emulator
@@ -28,6 +30,7 @@ pub mod list;
 pub mod params;
 pub mod plan;
 pub mod project;
+pub mod ptx;
 pub mod residual;
 pub mod sources;
 

@@ -9,7 +9,11 @@
 //!   of the hardware maximum for the 128-thread warp kernels);
 //! - every row kernel has 128-bit global loads and stores (`ld.global[.nc].v4`,
 //!   `st.global[.wb].v4` in the PTX, i.e. LDG.E.128 / STG.E.128); the fp8-output forward
-//!   variants 128-bit loads and 64-bit stores (`st.global.wb.v2`: 8 one-byte elements).
+//!   variants 128-bit loads and 64-bit stores (`st.global.wb.v2`: 8 one-byte elements);
+//! - the parameter ABI: every entry's single `.param` struct has the size and alignment of the
+//!   `#[repr(C)]` Rust struct its launcher passes (`params`; `residual` and `batch::params` for
+//!   the residual-update and batch-norm families), on both architectures. Checked here, on the
+//!   PTX the gate compiles anyway (compiling rownorm.cu takes NVRTC about a minute).
 //!
 //! The toolchain comes from `.ci/cuda-wheels.sh` (env NORMLAB_NVRTC_LIB, NORMLAB_PTXAS,
 //! NORMLAB_CUDA_INCLUDE; without them the default cache $HOME/.cache/normlab/cuda-wheels is
@@ -20,7 +24,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::{Path, PathBuf};
 
-use normlab_kernels::{list, sources};
+use std::mem::{align_of, size_of};
+
+use normlab_kernels::{list, ptx, sources};
 
 /// Registers per thread allowed for any kernel.
 const REGISTER_CAP: u32 = 128;
@@ -190,6 +196,72 @@ fn ptx_entries(ptx: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// (alignment, size) of `T`: what a kernel's `.param` struct must have.
+fn abi<T>() -> (usize, usize) {
+    (align_of::<T>(), size_of::<T>())
+}
+
+/// Failures where an entry's PTX parameter differs from `want(name)`, the Rust struct's.
+fn check_abi(what: &str, ptx_text: &str, want: impl Fn(&str) -> (usize, usize)) -> Vec<String> {
+    match ptx::entry_params(ptx_text) {
+        Ok(params) => {
+            let bad: Vec<String> = params
+                .iter()
+                .filter(|(name, got)| **got != want(name))
+                .map(|(name, got)| format!("{what}: {name}: PTX parameter (align, size) {got:?}, the Rust struct {:?}", want(name)))
+                .collect();
+            println!("{what}: {} entries, {} parameter structs differ from the Rust ones", params.len(), bad.len());
+            bad
+        }
+        Err(e) => vec![format!("{what}: {e}")],
+    }
+}
+
+/// The Rust struct an entry of rownorm.cu takes (normlab_kernels::params).
+fn rownorm_abi(name: &str) -> (usize, usize) {
+    use normlab_kernels::params::{BwdParams, FinalizeParams, FwdParams, FwdVarParams};
+    if name.starts_with("nl_finalize_") {
+        abi::<FinalizeParams>()
+    } else if name.contains("_pure_") || name.contains("_e4m3_") {
+        abi::<FwdVarParams>()
+    } else if name.contains("_fwd_") {
+        abi::<FwdParams>()
+    } else {
+        abi::<BwdParams>()
+    }
+}
+
+/// The Rust struct an entry of residual.cu takes (normlab_kernels::residual).
+fn update_abi(name: &str) -> (usize, usize) {
+    use normlab_kernels::residual::{UpdBwdParams, UpdFinalizeParams, UpdFwdParams, FINALIZE_KERNEL};
+    if name == FINALIZE_KERNEL {
+        abi::<UpdFinalizeParams>()
+    } else if name.contains("_fwd_") {
+        abi::<UpdFwdParams>()
+    } else {
+        abi::<UpdBwdParams>()
+    }
+}
+
+/// The Rust struct an entry of batchnorm.cu takes (normlab_kernels::batch::params); an entry
+/// of no known kind gets (0, 0), which no PTX parameter has.
+fn batch_abi(name: &str) -> (usize, usize) {
+    use normlab_kernels::batch::params::*;
+    match name {
+        "nl_bn_finalize1" => abi::<Fin1Params>(),
+        "nl_bn_finalize2" => abi::<Fin2Params>(),
+        "nl_bn_frozen" => abi::<FrozenParams>(),
+        n if n.starts_with("nl_bn_stats2_") => abi::<Stats2Params>(),
+        n if n.starts_with("nl_bn_stats_") => abi::<Stats1Params>(),
+        n if n.starts_with("nl_bn_cut_") => abi::<CutParams>(),
+        n if n.starts_with("nl_bn_apply_") => abi::<ApplyParams>(),
+        n if n.starts_with("nl_bn_reduce_") => abi::<RedParams>(),
+        n if n.starts_with("nl_bn_bwd_finalize_") => abi::<BFinParams>(),
+        n if n.starts_with("nl_bn_dx_") => abi::<DxParams>(),
+        _ => (0, 0),
+    }
+}
+
 fn gate(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
     let mut failures = Vec::new();
     let mut opts: Vec<String> = sources::NVRTC_OPTIONS.iter().map(|s| s.to_string()).collect();
@@ -219,6 +291,7 @@ fn gate(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
     std::fs::write(dir.join(format!("rownorm_sm{arch}.ptxas.txt")), &report).unwrap();
     let res = parse_ptxas(&report);
     let entries = ptx_entries(&ptx);
+    failures.extend(check_abi(&format!("rownorm.cu compute_{arch}"), &ptx, rownorm_abi));
     let want: BTreeSet<String> = list::all_names().into_iter().collect();
     let got: BTreeSet<String> = entries.keys().cloned().collect();
     if want != got {
@@ -406,6 +479,7 @@ fn gate_residual(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
     std::fs::write(dir.join(format!("residual_sm{arch}.ptxas.txt")), &report).unwrap();
     let res = parse_ptxas(&report);
     let entries = ptx_entries(&ptx);
+    failures.extend(check_abi(&format!("residual.cu compute_{arch}"), &ptx, update_abi));
     let got: BTreeSet<String> = entries.keys().cloned().collect();
     let want: BTreeSet<String> = list::update_names().into_iter().collect();
     if want != got {
@@ -490,6 +564,7 @@ fn gate_batch(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
     println!("batchnorm.cu sm_{arch}: NVRTC {:.1} s, ptxas {:.1} s", t_nvrtc.as_secs_f64(), t1.elapsed().as_secs_f64());
     let res = parse_ptxas(&report);
     let entries = ptx_entries(&ptx);
+    failures.extend(check_abi(&format!("batchnorm.cu compute_{arch}"), &ptx, batch_abi));
     let got: BTreeSet<String> = entries.keys().cloned().collect();
     let want: BTreeSet<String> = list::batch_names().into_iter().collect();
     if want != got {
