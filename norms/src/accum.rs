@@ -349,11 +349,10 @@ macro_rules! with_accum {
     };
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn pure_f16_square_overflows() {
         let x = PureF16::from_f64(300.0);
         assert!(!(x * x).is_finite(), "300^2 = 90000 > 65504 must overflow in f16");
@@ -361,10 +360,11 @@ mod tests {
         assert!((y * y).is_finite());
     }
 
-    #[test]
     fn pure_f16_rounds_each_op() {
         // 2048 + 1 is not representable in f16 (spacing 2 there): the sum stays 2048.
         let a = PureF16::from_f64(2048.0);
         assert_eq!((a + PureF16::one()).to_f64(), 2048.0);
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![pure_f16_square_overflows, pure_f16_rounds_each_op];
 }

@@ -143,8 +143,8 @@ pub fn c_code(n: usize) -> Result<f64> {
     Ok(C_CODE_NUMERATOR / (2.0 * (n as f64).ln()).sqrt())
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
     /// `../shared/reference/algorithms.md` 4.2 and 4.3 (exact, 6 decimals).
@@ -173,7 +173,6 @@ mod tests {
         (4096, 32, 2.963908),
     ];
 
-    #[test]
     fn exact_table_to_1e6() {
         for &(n, k, want) in TABLE {
             let got = e_topk_mean_abs(n, k).unwrap();
@@ -182,7 +181,6 @@ mod tests {
         }
     }
 
-    #[test]
     fn code_constant_table() {
         // algorithms.md 4.2, column c(n).
         for &(n, want) in &[(8, 0.756841), (32, 0.586247), (128, 0.495469), (1024, 0.414539), (4096, 0.378421)] {
@@ -191,7 +189,6 @@ mod tests {
         assert!(c_code(1).is_err());
     }
 
-    #[test]
     fn limits() {
         let e1 = e_max_abs(1).unwrap();
         assert!((e1 - (2.0 / std::f64::consts::PI).sqrt()).abs() < 1e-12, "{e1}");
@@ -204,4 +201,6 @@ mod tests {
         let b = e_topk_mean_abs(65536, 3).unwrap();
         assert!(a > b && b > 0.0);
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![exact_table_to_1e6, code_constant_table, limits];
 }

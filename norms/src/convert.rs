@@ -111,13 +111,12 @@ pub fn count_nonfinite_bits_u32(v: &[f32], exp_mask: u32) -> u64 {
         .sum()
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
     /// Every f16 bit pattern widens exactly, and every f16 value (and the midpoints between
     /// neighbours, the rounding-critical inputs) narrows as half's scalar conversion does.
-    #[test]
     fn f16_conversions_are_exhaustively_exact() {
         let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
         let mut wide = vec![0f32; all.len()];
@@ -142,7 +141,6 @@ mod tests {
         }
     }
 
-    #[test]
     fn bf16_conversions_match_half() {
         let mut probes: Vec<f32> = (0..=u16::MAX).map(|b| f32::from_bits((b as u32) << 16)).collect();
         let more: Vec<f32> = (0..200_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))).collect();
@@ -160,4 +158,6 @@ mod tests {
             assert!(h.to_f32().to_bits() == w.to_bits() || w.is_nan());
         }
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![f16_conversions_are_exhaustively_exact, bf16_conversions_match_half];
 }

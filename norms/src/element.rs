@@ -334,11 +334,10 @@ impl Element for float8::F8E5M2 {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn ulp_of_one() {
         assert_eq!(DType::F16.ulp(1.0), 2f64.powi(-10));
         assert_eq!(DType::BF16.ulp(1.0), 2f64.powi(-7));
@@ -347,7 +346,6 @@ mod tests {
         assert_eq!(DType::F8E4M3.ulp(1.0), 0.125);
     }
 
-    #[test]
     fn fp8_nonfinite_is_never_finite() {
         assert!(<float8::F8E4M3 as Element>::from_f64(f64::INFINITY).to_f64().is_nan());
         assert!(<float8::F8E4M3 as Element>::from_f64(f64::NAN).to_f64().is_nan());
@@ -434,23 +432,19 @@ mod tests {
         assert!(twice_wrong > 0, "{:?}: the probes do not catch a double rounding", T::DTYPE);
     }
 
-    #[test]
     fn f16_from_f64_rounds_once_to_nearest() {
         check_narrowing::<f16>(16, |b| f16::from_bits(b as u16), true);
     }
 
-    #[test]
     fn bf16_from_f64_rounds_once_to_nearest() {
         check_narrowing::<bf16>(16, |b| bf16::from_bits(b as u16), true);
     }
 
-    #[test]
     fn fp8_from_f64_rounds_once_to_nearest_and_saturates() {
         check_narrowing::<float8::F8E4M3>(8, |b| float8::F8E4M3::from_bits(b as u8), false);
         check_narrowing::<float8::F8E5M2>(8, |b| float8::F8E5M2::from_bits(b as u8), false);
     }
 
-    #[test]
     fn round_odd_keeps_the_sticky_bit() {
         // 1 + 2^-30 is not an f32: towards zero is 1.0, made odd.
         assert_eq!(f64_to_f32_round_odd(1.0 + 2f64.powi(-30)).to_bits(), 1f32.to_bits() | 1);
@@ -470,7 +464,6 @@ mod tests {
         assert_eq!(<bf16 as Element>::from_f64(1.00390625 + 2f64.powi(-40)).to_f64(), 1.0078125);
     }
 
-    #[test]
     fn bf16_load_matches_scalar() {
         let v: Vec<bf16> = [-3.5f32, 0.0, 1e-30, 3e38, f32::NAN].iter().map(|&x| bf16::from_f32(x)).collect();
         let mut out = vec![0f32; v.len()];
@@ -479,4 +472,6 @@ mod tests {
             assert_eq!(a.to_f32().to_bits(), b.to_bits());
         }
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![ulp_of_one, fp8_nonfinite_is_never_finite, f16_from_f64_rounds_once_to_nearest, bf16_from_f64_rounds_once_to_nearest, fp8_from_f64_rounds_once_to_nearest_and_saturates, round_odd_keeps_the_sticky_bit, bf16_load_matches_scalar];
 }

@@ -29,6 +29,9 @@ pub mod quadrature;
 pub mod residual;
 pub mod row;
 pub mod spec;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod unit_tests;
 pub mod weight;
 
 pub use accum::{Accum, PureBf16, PureF16, Real};

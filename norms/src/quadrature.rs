@@ -70,11 +70,10 @@ pub fn integrate<F: Fn(f64) -> f64>(f: F, a: f64, b: f64, abs_tol: f64, rel_tol:
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn integrates_known_functions() {
         let (v, _) = integrate(f64::exp, 0.0, 1.0, 1e-14, 1e-14);
         assert!((v - (std::f64::consts::E - 1.0)).abs() < 1e-13);
@@ -83,4 +82,6 @@ mod tests {
         let (v, _) = integrate(pdf, 0.0, 40.0, 1e-14, 1e-14);
         assert!((v - (2.0 / std::f64::consts::PI).sqrt()).abs() < 1e-12, "{v}");
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![integrates_known_functions];
 }

@@ -265,11 +265,10 @@ pub fn angpt_backward<T: Element>(
     })
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn nu_values_of_algorithms_md_4_5() {
         for (a, want) in [(0.01, 1.010049), (0.05, 1.051177), (0.1, 1.104315), (0.2, 1.212678), (0.5, std::f64::consts::SQRT_2)] {
             assert!((lerp_nu(a) - want).abs() < 1e-6, "nu({a}) = {}", lerp_nu(a));
@@ -279,7 +278,6 @@ mod tests {
         assert_eq!(lerp_nu(1.0), 1.0);
     }
 
-    #[test]
     fn typed_errors_name_the_value() {
         let h = [0.0f64; 6];
         let mut y = [0.0f64; 6];
@@ -295,4 +293,6 @@ mod tests {
         let e = angpt_forward(&h, &h, &[0.1], 3, &mut short).unwrap_err();
         assert!(e.to_string().contains("got 5"), "{e}");
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![nu_values_of_algorithms_md_4_5, typed_errors_name_the_value];
 }

@@ -47,11 +47,10 @@ impl Activation {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn known_values() {
         assert_eq!(Activation::Silu.apply(0.0), 0.0);
         assert!((Activation::Silu.apply(1.0) - 0.731_058_578_630_004_9).abs() < 1e-15);
@@ -61,4 +60,6 @@ mod tests {
         assert!(Activation::parse("tanh").is_err());
         assert_eq!(Activation::parse("SiLU").unwrap(), Activation::Silu);
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![known_values];
 }

@@ -95,11 +95,10 @@ pub fn residual_factor(alpha: f64) -> Result<f64> {
     Ok(1.0 / lerp_mean_sq(alpha).sqrt())
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn reference_activation_moments() {
         // algorithms.md 4.4.
         for (std, want) in [(0.25, 0.016321), (0.5, 0.072249), (1.0, 0.355776), (2.0, 1.757890)] {
@@ -113,7 +112,6 @@ mod tests {
         assert!((r - 0.5).abs() < 1e-12, "{r}");
     }
 
-    #[test]
     fn sphere_coordinate_moments() {
         for d in [1usize, 2, 3, 10, 1000, 100_000] {
             let m2 = CoordDist::SphereCoord { d, scale: 1.0 }.expect(|t| t * t).unwrap();
@@ -128,7 +126,6 @@ mod tests {
         assert!((g - s).abs() < 1e-6 * g);
     }
 
-    #[test]
     fn residual_factor_values() {
         // algorithms.md 4.5.
         for (a, want) in [(0.01, 1.010049), (0.05, 1.051177), (0.1, 1.104315), (0.2, 1.212678), (0.5, std::f64::consts::SQRT_2)] {
@@ -136,4 +133,6 @@ mod tests {
         }
         assert!(residual_factor(1.2).is_err());
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![reference_activation_moments, sphere_coordinate_moments, residual_factor_values];
 }

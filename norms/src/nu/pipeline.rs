@@ -259,11 +259,10 @@ impl Pipeline {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn bad_configs_are_typed_errors() {
         let mut p = Pipeline::new();
         assert!(matches!(p.sphere(0), Err(NormError::Empty { value: 0, .. })));
@@ -279,4 +278,6 @@ mod tests {
         assert!(matches!(p.scale(NodeId(99), 1.0), Err(NormError::Shape(_))));
         assert!(p.lerp(h, x, Alpha::Scalar(0.3)).is_ok());
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![bad_configs_are_typed_errors];
 }

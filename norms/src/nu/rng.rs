@@ -74,11 +74,10 @@ impl RngCore for StreamRng {
     }
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn reference_sequence() {
         // xoshiro256++ from state {1, 2, 3, 4}: the reference implementation's first outputs.
         let mut r = StreamRng { s: [1, 2, 3, 4] };
@@ -87,7 +86,6 @@ mod tests {
         assert_eq!(r.next_u64(), 3588806011781223);
     }
 
-    #[test]
     fn streams_differ_and_repeat() {
         let a: Vec<u64> = (0..4).map({ let mut r = StreamRng::new(7, 0); move |_| r.next_u64() }).collect();
         let b: Vec<u64> = (0..4).map({ let mut r = StreamRng::new(7, 1); move |_| r.next_u64() }).collect();
@@ -99,4 +97,6 @@ mod tests {
         let ones: u32 = (0..100_000).map(|_| (r.next_u64() >> 63) as u32).sum();
         assert!((ones as f64 / 1e5 - 0.5).abs() < 0.01);
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![reference_sequence, streams_differ_and_repeat];
 }

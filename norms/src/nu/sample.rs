@@ -172,12 +172,11 @@ pub fn ball_radius<R: Rng + ?Sized>(rng: &mut R, d: usize) -> f64 {
     u.powf(1.0 / d as f64)
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
     use crate::nu::rng::StreamRng;
 
-    #[test]
     fn sphere_coordinate_second_moment_is_one_over_d() {
         let mut rng = StreamRng::new(1, 0);
         for d in [1usize, 2, 7, 15, 16, 17, 64, 1000] {
@@ -199,7 +198,6 @@ mod tests {
         }
     }
 
-    #[test]
     fn bartlett_rows_are_unit_with_the_right_inner_products() {
         let mut rng = StreamRng::new(2, 0);
         let (d, m) = (10, 3);
@@ -220,4 +218,6 @@ mod tests {
         let v = ip2 / n as f64;
         assert!((v - 0.1).abs() < 0.003, "{v}");
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![sphere_coordinate_second_moment_is_one_over_d, bartlett_rows_are_unit_with_the_right_inner_products];
 }

@@ -110,11 +110,10 @@ pub fn nu_mean(nm: &Moments, q: f64) -> Interval {
     Interval::new(1.0 / m, nm.se() / (m * m), q)
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn merge_matches_one_pass() {
         let xs: Vec<f64> = (0..1000).map(|i| ((i * 37) % 101) as f64 * 0.1 + 1e6).collect();
         let mut all = Moments::default();
@@ -129,11 +128,12 @@ mod tests {
         assert!((a.variance() - all.variance()).abs() < 1e-9 * all.variance());
     }
 
-    #[test]
     fn quantiles() {
         assert!((quantile(0.95, 1_000_000).unwrap() - 1.959_963_984_540_054).abs() < 1e-9);
         assert!((quantile(0.95, 11).unwrap() - 2.228_138_851_986_273).abs() < 1e-6);
         assert!(quantile(1.5, 10).is_err());
         assert!(quantile(0.95, 1).is_err());
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![merge_matches_one_pass, quantiles];
 }

@@ -321,7 +321,7 @@ unsafe fn rows<V: F32x16, S: Storage>(
                 c.nonfinite_out += bad;
             }
             None => {
-                #[cfg(test)]
+                #[cfg(feature = "test-hooks")]
                 RESCUED.with(|r| r.set(r.get() + 1));
                 c += super::forward_rows::<S, f32>(ctx, xr, yr, std::slice::from_mut(st), w, b, scr)
             }
@@ -338,14 +338,14 @@ unsafe fn rows<V: F32x16, S: Storage>(
 /// turn off for their own thread (`UNSTAGED`) to compare the two ways bit for bit.
 #[inline(always)]
 fn stages_output() -> bool {
-    #[cfg(test)]
+    #[cfg(feature = "test-hooks")]
     if UNSTAGED.with(|u| u.get()) {
         return false;
     }
     super::STAGED_OUTPUT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-#[cfg(test)]
+#[cfg(feature = "test-hooks")]
 thread_local! {
     /// Set by tests to write streamed rows directly on this thread ([`stages_output`]).
     static UNSTAGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -355,14 +355,14 @@ thread_local! {
 /// tests can turn off for their own thread (`UNPIPELINED`) to compare the two orders bit for bit.
 #[inline(always)]
 fn pipelines_top_k() -> bool {
-    #[cfg(test)]
+    #[cfg(feature = "test-hooks")]
     if UNPIPELINED.with(|u| u.get()) {
         return false;
     }
     super::PIPELINED_TOP_K.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-#[cfg(test)]
+#[cfg(feature = "test-hooks")]
 thread_local! {
     /// Set by tests to run Top-k's rows one by one on this thread ([`pipelines_top_k`]).
     static UNPIPELINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -370,21 +370,21 @@ thread_local! {
     static PIPELINED_TASKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-#[cfg(test)]
+#[cfg(feature = "test-hooks")]
 thread_local! {
     /// Top-k rows whose mean this thread took in registers ([`in_registers`]): the tests
     /// check that Gaussian rows of whole blocks do, on AVX-512.
     static IN_REGISTERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-#[cfg(test)]
+#[cfg(feature = "test-hooks")]
 thread_local! {
     /// Rows this thread stored from the centred values their statistics pass saved
     /// ([`store_row`], `FROM_T`): the tests check that bf16 Top-k rows do on AVX2.
     static FROM_SAVED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-#[cfg(test)]
+#[cfg(feature = "test-hooks")]
 thread_local! {
     /// Rows this thread handed to the generic kernel: the tests check that ordinary rows take
     /// the fused path (a rescue gives the same bits, so only this count shows a fast path
@@ -580,7 +580,7 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
     let n = scr.a.len();
     let rows = xc.len() / n;
     debug_assert!(!ctx.stream_output && yc.len() == xc.len() && sc.len() == rows);
-    #[cfg(test)]
+    #[cfg(feature = "test-hooks")]
     PIPELINED_TASKS.with(|q| q.set(q.get() + 1));
     let mut c = Counters::default();
     let prefetch = super::PREFETCH_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
@@ -632,7 +632,7 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
                     pending = Some((r, done));
                 }
                 None => {
-                    #[cfg(test)]
+                    #[cfg(feature = "test-hooks")]
                     RESCUED.with(|q| q.set(q.get() + 1));
                     let yr = std::slice::from_raw_parts_mut(yp.add(r * n), n);
                     c += super::forward_rows::<S, f32>(ctx, xr, yr, std::slice::from_mut(&mut sc[r]), w, b, scr)
@@ -1044,7 +1044,7 @@ unsafe fn in_registers<V: F32x16, S: Storage>(
     }
     let row = MarkedRow { x: x.as_ptr(), blocks, bmax, c, hi_lo, t0, k, pos: cand.as_mut_ptr() as *mut u32, t: t.map_or(std::ptr::null(), |t| t.as_ptr()) };
     let mean = V::top_k_mean_in_registers::<S>(row);
-    #[cfg(test)]
+    #[cfg(feature = "test-hooks")]
     if mean.is_some() {
         IN_REGISTERS.with(|r| r.set(r.get() + 1));
     }
@@ -1584,7 +1584,7 @@ unsafe fn store_row<V: F32x16, S: Storage, const CENTRED: bool, const HAS_W: boo
         store_groups::<V, S, CENTRED, HAS_W, HAS_B, CHECK, false, true, false, false>(xg, yg, p).0
     } else if CENTRED && !CHECK && !p.t.is_null() {
         // The groups from the saved `t` (they start at the row's start: not streamed).
-        #[cfg(test)]
+        #[cfg(feature = "test-hooks")]
         FROM_SAVED.with(|r| r.set(r.get() + 1));
         if p.next.is_null() {
             store_groups::<V, S, CENTRED, HAS_W, HAS_B, false, false, false, true, false>(xg, yg, p).0
@@ -1770,5 +1770,11 @@ fn prefetch_for_write(p: *const u8) {
 
 mod staged;
 
-#[cfg(test)]
-mod tests;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests;
+
+/// The unit tests of this module and of [`staged`] ([`crate::unit_tests`]).
+#[cfg(feature = "test-hooks")]
+pub(super) fn unit_tests() -> Vec<crate::unit_tests::UnitTest> {
+    [tests::TESTS, staged::tests::TESTS].concat()
+}

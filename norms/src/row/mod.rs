@@ -552,11 +552,19 @@ fn backward_rows<T: Element, A: Real>(
     (c, dw, db)
 }
 
-#[cfg(test)]
-mod stream_tests {
+/// The unit tests of this module and its private submodules ([`crate::unit_tests`]).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn unit_tests() -> Vec<crate::unit_tests::UnitTest> {
+    let mut all = [stream_tests::TESTS, task_tests::TESTS, rank_select::tests::TESTS].concat();
+    all.extend(fused::unit_tests());
+    all.extend(simd::unit_tests());
+    all
+}
+
+#[cfg(feature = "test-hooks")]
+pub(crate) mod stream_tests {
     use super::{stream_threshold, STREAM_CAP_BYTES};
 
-    #[test]
     fn the_cache_size_is_capped_and_the_override_wins() {
         const MIB: usize = 1 << 20;
         // A 2-vCPU guest's sysfs reporting the socket's 300 MiB: capped.
@@ -569,15 +577,16 @@ mod stream_tests {
         // An unparsable override is ignored.
         assert_eq!(stream_threshold(Some("lots"), Some(300 * MIB)), STREAM_CAP_BYTES);
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![the_cache_size_is_capped_and_the_override_wins];
 }
 
-#[cfg(test)]
-mod task_tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod task_tests {
     use super::rows_per_task;
 
     /// Large inputs get tasks four times the old size; small ones keep the old size, so that
     /// every worker still has several tasks; no size is ever zero.
-    #[test]
     fn tasks_grow_only_where_every_worker_keeps_several() {
         // The benchmark's shapes on two threads: 32 -> 128 and 8 -> 32 rows per task.
         assert_eq!(rows_per_task(4096, 1024, 2), 128);
@@ -595,4 +604,6 @@ mod task_tests {
             assert!(r >= 1 && r >= (super::TASK_ELEMS / n).max(1), "{rows}x{n} on {threads}: {r}");
         }
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![tasks_grow_only_where_every_worker_keeps_several];
 }

@@ -97,7 +97,7 @@ fn top_k_of_at_most<const N: usize>(a: &mut [f32], m: usize, k: usize) {
     }
 }
 
-#[cfg(test)]
+#[cfg(feature = "test-hooks")]
 pub(crate) mod tests {
     use super::*;
     use crate::row::stats;
@@ -122,7 +122,6 @@ pub(crate) mod tests {
             .collect()
     }
 
-    #[test]
     fn kth_largest_of_16_is_the_sorted_entry() {
         for seed in 0..3000 {
             let v: [f32; 16] = magnitudes(seed, 16).try_into().unwrap();
@@ -133,7 +132,6 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
     fn top_k_of_few_matches_the_selection_and_sort() {
         for seed in 0..3000u64 {
             let m = 1 + seed as usize % FEW;
@@ -148,4 +146,6 @@ pub(crate) mod tests {
             }
         }
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![kth_largest_of_16_is_the_sorted_entry, top_k_of_few_matches_the_selection_and_sort];
 }

@@ -101,11 +101,10 @@ fn argmax_abs(v: &[f64]) -> usize {
     k
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn p_values() {
         assert_eq!(LpNorm::from_p(1.0).unwrap(), LpNorm::L1);
         assert_eq!(LpNorm::from_p(f64::INFINITY).unwrap(), LpNorm::LInf);
@@ -116,4 +115,6 @@ mod tests {
         assert_eq!(LpNorm::L2.norm(&v), 5.0);
         assert_eq!(LpNorm::LInf.norm(&v), 4.0);
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![p_values];
 }

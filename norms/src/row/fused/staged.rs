@@ -105,11 +105,10 @@ unsafe fn stream_line(src: *const u8, dst: *mut u8) {
     std::ptr::copy_nonoverlapping(src, dst, LINE);
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
     fn staged_rows_match_their_destination_offset_and_copy_whole() {
         // write_out's non-temporal stores need AVX: the fused kernels' own condition.
         assert!(crate::row::has_avx2(), "the fused kernels' tests run on AVX2 machines");
@@ -133,4 +132,6 @@ mod tests {
             }
         }
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![staged_rows_match_their_destination_offset_and_copy_whole];
 }

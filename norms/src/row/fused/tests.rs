@@ -180,7 +180,6 @@ fn case<S: Storage>(n: usize, seed: u64) -> usize {
     compare(&x, n, &in_storage::<S>(&w), &in_storage::<S>(&b), "edge rows")
 }
 
-#[test]
 fn fused_equals_generic_on_every_length() {
     let mut checked = 0;
     for (i, n) in [1usize, 2, 3, 7, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 255, 256, 1000, 1031].into_iter().enumerate() {
@@ -195,7 +194,6 @@ fn fused_equals_generic_on_every_length() {
 
 /// Weights that make outputs overflow the storage type (counted as non-finite), zero and NaN
 /// weights (inf * 0 and NaN outputs: the bf16 rounding's NaN case), an infinite bias.
-#[test]
 fn fused_equals_generic_with_extreme_affine() {
     for n in [40usize, 64, 1024] {
         let mut rng = Rng(7 + n as u64);
@@ -219,7 +217,6 @@ fn fused_equals_generic_with_extreme_affine() {
 /// AVX512_BF16 rounding reads them as zero, so the registers holding one must take the
 /// integer rounding (`simd::avx512::Avx512Bf16`). Tiny weights on some columns, and a row whose
 /// one huge value makes every other output tiny.
-#[test]
 fn fused_rounds_subnormal_outputs_like_generic() {
     for n in [16usize, 40, 64, 1024] {
         let mut rng = Rng(11 + n as u64);
@@ -235,7 +232,6 @@ fn fused_rounds_subnormal_outputs_like_generic() {
 
 /// f32 rows whose statistics overflow or underflow f32 (the generic kernel rescales them): the
 /// fused kernel hands exactly those rows over, and keeps the others.
-#[test]
 fn fused_hands_rescued_rows_to_the_generic_kernel() {
     let n = 100;
     let mut rng = Rng(3);
@@ -252,7 +248,6 @@ fn fused_hands_rescued_rows_to_the_generic_kernel() {
 /// bound must hold exactly there. One-hot rows make the bound tight (the only nonzero value
 /// is as large as the root of the sum of squares, or the sum of |z|); the weight is scaled so
 /// that the largest output lands just below, at, and just above the limit.
-#[test]
 fn fused_counts_overflowing_outputs_like_generic() {
     fn at_limit<S: Storage>() {
         let limit = f32::from_bits(S::MAX_FINITE_BITS) as f64;
@@ -292,7 +287,6 @@ fn fused_counts_overflowing_outputs_like_generic() {
 /// k and storage type: none is handed to the generic kernel. The results would be the same
 /// bits either way, so only this shows that, say, a Top-k threshold above the row's values
 /// does not silently send every row to the slow path.
-#[test]
 fn ordinary_rows_are_not_rescued() {
     for level in levels() {
         for n in [64usize, 100, 1024, 1031] {
@@ -330,7 +324,6 @@ fn ordinary_rows_are_not_rescued() {
 /// bits (`compare_spec`). A path that quietly always fell back would give the same bits, so
 /// only this count shows that it runs. Constant rows (every lane marked) and rows of +-1
 /// (hundreds of candidates) fall back, and also match.
-#[test]
 fn top_k_rows_of_whole_blocks_select_without_branches() {
     let here: Vec<Level> = [Level::Avx512, Level::Avx2].into_iter().filter(|l| levels().contains(l)).collect();
     if here.is_empty() {
@@ -395,7 +388,6 @@ fn top_k_rows_of_whole_blocks_select_without_branches() {
 /// Top-k on rows longer than one run of the candidate gather (64 mask words, 16384 values):
 /// Gaussian rows, a constant row (every value a candidate) and rows with one or two outliers
 /// far into the row, for both centrings and k across the lane-maxima range.
-#[test]
 fn fused_equals_generic_on_long_top_k_rows() {
     for n in [4096usize, 4111, 8200, 16500] {
         let mut rng = Rng(500 + n as u64);
@@ -427,7 +419,6 @@ fn fused_equals_generic_on_long_top_k_rows() {
 /// largest of `fl(max |t| - |lo|)` over the lanes, and a threshold from `max |t|` alone, or
 /// from `max |t| + |lo|`, drops the k-th largest `|z|` whenever it is a lane's largest `|t|`
 /// with the sign of `lo`. None of these rows is rescued (that would hide the fused path).
-#[test]
 fn fused_equals_generic_on_offset_top_k_rows() {
     fn run<S: Storage>(offset: f64, spread: f64) -> usize {
         let mut checked = 0;
@@ -466,7 +457,6 @@ fn fused_equals_generic_on_offset_top_k_rows() {
 /// and their negations), for bounds `a` and corrections `v` of every scale, subnormals
 /// included (Top-k's `(t0, lo)`; two seeds, from when it had a second use with a test each);
 /// and the bound is not needlessly loose (at least `a (1 - 2^-21) - |v| - 2^-147`).
-#[test]
 fn top_k_bound_before_difference_keeps_every_candidate() {
     for (seed, least) in [(77u64, 100_000), (78, 50_000)] {
         let mut rng = Rng(seed);
@@ -495,7 +485,6 @@ fn top_k_bound_before_difference_keeps_every_candidate() {
     }
 }
 
-#[test]
 fn early_lines_only_for_four_byte_rows_within_the_row() {
     let spec = NormSpec::new(NormKind::TopK { k: 8 }, 1e-5);
     let ctx = crate::row::ctx::<f32>(&spec, 1024).unwrap();
@@ -521,7 +510,6 @@ fn early_lines_only_for_four_byte_rows_within_the_row() {
 /// saved (`row::SAVED_CENTRED`, `Storage::SAVES_CENTRED`), with the generic kernel's bits; no
 /// other storage does, nor an uncentred row, nor one streamed group by group. The same bits would come from
 /// the row itself, so only the count shows that the saved values are read.
-#[test]
 fn bf16_top_k_stores_from_saved_centred_values() {
     if !levels().contains(&Level::Avx2) {
         eprintln!("no AVX2: the saved centred values are never read here");
@@ -561,7 +549,6 @@ fn bf16_top_k_stores_from_saved_centred_values() {
 /// kernel: whichever rows need a rescue (the first, two in a row, the last), whichever pass
 /// sums the next row (the statistics pass, or, for bf16 rows from saved values, the store pass
 /// run after it), centred or not, k within and beyond the lane maxima's reach.
-#[test]
 fn pipelined_top_k_rows_equal_rows_one_by_one() {
     /// Output bits, statistics bits, counters, and the tasks run pipelined.
     type Run = (Vec<u64>, Vec<(u64, u64, u64, i32, bool)>, crate::Counters, usize);
@@ -618,3 +605,5 @@ fn pipelined_top_k_rows_equal_rows_one_by_one() {
         assert!(levels().is_empty() || checked > 0, "n={n}: nothing compared");
     }
 }
+
+pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![fused_equals_generic_on_every_length, fused_equals_generic_with_extreme_affine, fused_rounds_subnormal_outputs_like_generic, fused_hands_rescued_rows_to_the_generic_kernel, fused_counts_overflowing_outputs_like_generic, ordinary_rows_are_not_rescued, top_k_rows_of_whole_blocks_select_without_branches, fused_equals_generic_on_long_top_k_rows, fused_equals_generic_on_offset_top_k_rows, top_k_bound_before_difference_keeps_every_candidate, early_lines_only_for_four_byte_rows_within_the_row, bf16_top_k_stores_from_saved_centred_values, pipelined_top_k_rows_equal_rows_one_by_one];

@@ -467,5 +467,14 @@ pub(crate) unsafe fn store_partial<V: F32x16, S: Storage>(v: V, y: &mut [S]) {
     y.copy_from_slice(&buf[..m]);
 }
 
-#[cfg(test)]
-mod tests;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests;
+
+/// The unit tests of this module and of its kernels' modules ([`crate::unit_tests`]).
+#[cfg(feature = "test-hooks")]
+pub(super) fn unit_tests() -> Vec<crate::unit_tests::UnitTest> {
+    let mut all = tests::TESTS.to_vec();
+    #[cfg(target_arch = "x86_64")]
+    all.extend([sort16::tests::TESTS, sort16_avx512::tests::TESTS, top_k_avx2::tests::TESTS].concat());
+    all
+}

@@ -145,12 +145,11 @@ pub(super) unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
     _mm256_storeu_si256(p.add(8) as *mut __m256i, s1);
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
     /// The network against a sort (`simd::tests::assert_sorts_16_desc`).
-    #[test]
     fn sort16_desc_sorts() {
         if !crate::row::has_avx2() {
             eprintln!("no AVX2: skipped");
@@ -172,7 +171,6 @@ mod tests {
     }
 
     /// The rank-based k-th largest against `rank_select`'s, on keys with ties and spread out.
-    #[test]
     fn kth_largest_by_ranks() {
         if !crate::row::has_avx2() {
             eprintln!("no AVX2: skipped");
@@ -187,4 +185,6 @@ mod tests {
             assert_eq!(unsafe { kth(keys, k) }.to_bits(), crate::row::rank_select::kth_largest_of_16(keys, k).to_bits(), "{keys:?} k {k}");
         });
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![sort16_desc_sorts, kth_largest_by_ranks];
 }

@@ -86,13 +86,12 @@ pub(super) unsafe fn top_k_of_few(a: &mut [f32], m: usize, k: usize) {
     _mm512_mask_storeu_epi32(p, live, s);
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
     /// The network against a sort (`simd::tests::assert_sorts_16_desc`), and the two
     /// selections against `rank_select`.
-    #[test]
     fn sort16_desc_sorts_and_selects() {
         if !is_x86_feature_detected!("avx512f") {
             eprintln!("no AVX-512: skipped");
@@ -129,4 +128,6 @@ mod tests {
             assert_eq!(bits(&got[m..]), bits(&keys[m..]), "past m untouched");
         });
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![sort16_desc_sorts_and_selects];
 }

@@ -231,7 +231,6 @@ unsafe fn masks_2<V: F32x16>() {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[test]
 fn avx2_matches_the_scalar_definitions() {
     if !crate::row::has_avx2() {
         eprintln!("no AVX2: skipped");
@@ -253,7 +252,6 @@ fn avx2_matches_the_scalar_definitions() {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[test]
 fn avx512_matches_the_scalar_definitions() {
     if !(crate::row::has_avx2() && is_x86_feature_detected!("avx512f")) {
         eprintln!("no AVX-512F: skipped");
@@ -274,7 +272,6 @@ fn avx512_matches_the_scalar_definitions() {
 /// registers of subnormals (bf16 bit patterns shifted into f32, and random bits), which take
 /// the integer rounding, and registers of values the instruction rounds (all the others).
 #[cfg(target_arch = "x86_64")]
-#[test]
 fn avx512_bf16_matches_the_scalar_definitions() {
     if !(crate::row::has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512dq")) {
         eprintln!("no AVX-512F with AVX512_BF16 and AVX512DQ: skipped");
@@ -291,3 +288,5 @@ fn avx512_bf16_matches_the_scalar_definitions() {
     unsafe { run() }
 }
 
+
+pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![avx2_matches_the_scalar_definitions, avx512_matches_the_scalar_definitions, avx512_bf16_matches_the_scalar_definitions];

@@ -221,15 +221,14 @@ pub(super) unsafe fn mean_of_marked<V: F32x16, S: Storage, const EVEN_ODD: bool>
     Some(super::mean_of_k(V::select_first(k, V::load_f32(cp), V::splat(0.0)).combine(), k))
 }
 
-#[cfg(test)]
-mod tests {
+#[cfg(feature = "test-hooks")]
+pub(crate) mod tests {
     use super::*;
 
     /// Every slot of every block marked alone, and sets of slots marked together (random, up
     /// to all 256, odd block counts included): the indices [`marked_lanes`] finds, read through
     /// the layout's [`lane_starts`], are the positions of the marked lanes, in increasing order
     /// of memory slot within a pair's word, and their count is the number marked.
-    #[test]
     fn marked_lanes_name_the_lanes_marked() {
         if !crate::row::has_avx2() {
             eprintln!("no AVX2: skipped");
@@ -274,4 +273,6 @@ mod tests {
             }
         }
     }
+
+    pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![marked_lanes_name_the_lanes_marked];
 }
