@@ -4,13 +4,21 @@
 
 use std::collections::BTreeMap;
 
+/// Each `.entry`'s text by entry name: from just after `.entry ` (the name, its parameters,
+/// its body) to the next entry.
+pub fn entries(ptx: &str) -> BTreeMap<String, &str> {
+    ptx.split(".entry ")
+        .skip(1)
+        .map(|part| (part.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect(), part))
+        .collect()
+}
+
 /// Each `.entry`'s parameter as (alignment, size) in bytes, by entry name, from
 /// `.entry <name>(.param .align A .b8 <name>_param_0[S])`. Every kernel takes exactly one
 /// parameter struct: an entry with none, several, or an unreadable one is an error naming it.
 pub fn entry_params(ptx: &str) -> Result<BTreeMap<String, (usize, usize)>, String> {
     let mut out = BTreeMap::new();
-    for part in ptx.split(".entry ").skip(1) {
-        let name: String = part.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    for (name, part) in entries(ptx) {
         let header = &part[..part.find(')').unwrap_or(part.len())];
         let count = header.matches(".param").count();
         if count != 1 {

@@ -22,9 +22,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::path::{Path, PathBuf};
-
 use std::mem::{align_of, size_of};
+use std::path::{Path, PathBuf};
 
 use normlab_kernels::{list, ptx, sources};
 
@@ -185,17 +184,6 @@ fn parse_ptxas(report: &str) -> BTreeMap<String, Resources> {
     out
 }
 
-/// PTX body of each `.entry`.
-fn ptx_entries(ptx: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut parts = ptx.split(".entry ").skip(1);
-    for p in parts.by_ref() {
-        let name: String = p.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-        out.insert(name, p.to_string());
-    }
-    out
-}
-
 /// (alignment, size) of `T`: what a kernel's `.param` struct must have.
 fn abi<T>() -> (usize, usize) {
     (align_of::<T>(), size_of::<T>())
@@ -290,7 +278,7 @@ fn gate(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
     }
     std::fs::write(dir.join(format!("rownorm_sm{arch}.ptxas.txt")), &report).unwrap();
     let res = parse_ptxas(&report);
-    let entries = ptx_entries(&ptx);
+    let entries = ptx::entries(&ptx);
     failures.extend(check_abi(&format!("rownorm.cu compute_{arch}"), &ptx, rownorm_abi));
     let want: BTreeSet<String> = list::all_names().into_iter().collect();
     let got: BTreeSet<String> = entries.keys().cloned().collect();
@@ -320,7 +308,7 @@ fn gate(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
             failures.push(format!("sm_{arch}: {name}: no ptxas report"));
             continue;
         };
-        let body = entries.get(name).map(String::as_str).unwrap_or("");
+        let body = entries.get(name).copied().unwrap_or("");
         // 128-bit global accesses whatever the cache qualifier (ld.global.nc.v4, st.global.wb.v4).
         let ld4 = body.lines().filter(|l| l.contains("ld.global") && l.contains(".v4")).count();
         let st4 = body.lines().filter(|l| l.contains("st.global") && l.contains(".v4")).count();
@@ -410,7 +398,7 @@ fn gate_project(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
         return vec![format!("project.cu sm_{arch}: ptxas failed:\n{report}")];
     }
     let res = parse_ptxas(&report);
-    let got: BTreeSet<String> = ptx_entries(&ptx).keys().cloned().collect();
+    let got: BTreeSet<String> = ptx::entries(&ptx).keys().cloned().collect();
     let want: BTreeSet<String> = list::project_names().into_iter().collect();
     if want != got {
         failures.push(format!("project.cu sm_{arch}: PTX entries {got:?}, expected {want:?}"));
@@ -478,7 +466,7 @@ fn gate_residual(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
     }
     std::fs::write(dir.join(format!("residual_sm{arch}.ptxas.txt")), &report).unwrap();
     let res = parse_ptxas(&report);
-    let entries = ptx_entries(&ptx);
+    let entries = ptx::entries(&ptx);
     failures.extend(check_abi(&format!("residual.cu compute_{arch}"), &ptx, update_abi));
     let got: BTreeSet<String> = entries.keys().cloned().collect();
     let want: BTreeSet<String> = list::update_names().into_iter().collect();
@@ -490,7 +478,7 @@ fn gate_residual(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
             failures.push(format!("sm_{arch}: {name}: no ptxas report"));
             continue;
         };
-        let body = entries.get(name).map(String::as_str).unwrap_or("");
+        let body = entries.get(name).copied().unwrap_or("");
         let ld4 = body.lines().filter(|l| l.contains("ld.global") && l.contains(".v4")).count();
         let st4 = body.lines().filter(|l| l.contains("st.global") && l.contains(".v4")).count();
         println!("| {name} | {arch} | {} | {}/{} | {} | {} | {ld4} | {st4} |", r.registers, r.spill_stores, r.spill_loads, r.stack, r.smem);
@@ -563,7 +551,7 @@ fn gate_batch(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
     std::fs::write(dir.join(format!("batchnorm_sm{arch}.ptxas.txt")), &report).unwrap();
     println!("batchnorm.cu sm_{arch}: NVRTC {:.1} s, ptxas {:.1} s", t_nvrtc.as_secs_f64(), t1.elapsed().as_secs_f64());
     let res = parse_ptxas(&report);
-    let entries = ptx_entries(&ptx);
+    let entries = ptx::entries(&ptx);
     failures.extend(check_abi(&format!("batchnorm.cu compute_{arch}"), &ptx, batch_abi));
     let got: BTreeSet<String> = entries.keys().cloned().collect();
     let want: BTreeSet<String> = list::batch_names().into_iter().collect();
@@ -579,7 +567,7 @@ fn gate_batch(arch: u32, tc: &Toolchain, nvrtc: &Nvrtc) -> Vec<String> {
             failures.push(format!("sm_{arch}: {name}: no ptxas report"));
             continue;
         };
-        let body = entries.get(name).map(String::as_str).unwrap_or("");
+        let body = entries.get(name).copied().unwrap_or("");
         // Data vectors (uint4 / uint2 of 16-bit elements), not the float4 statistics.
         let ld4 = body.lines().filter(|l| l.contains("ld.global.nc.v4.u32")).count();
         let ld2 = body.lines().filter(|l| l.contains("ld.global.nc.v2.u32")).count();

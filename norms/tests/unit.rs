@@ -90,7 +90,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let tests: Vec<UnitTest> = all().into_iter().filter(|t| selected(&o, t)).collect();
+    let every = all();
+    let total = every.len();
+    let tests: Vec<UnitTest> = every.into_iter().filter(|t| selected(&o, t)).collect();
+    let filtered = total - tests.len();
     if o.list {
         for t in &tests {
             println!("{}: test", t.name);
@@ -129,7 +132,6 @@ fn main() -> ExitCode {
             println!("    {name}");
         }
     }
-    let filtered = all().len() - tests.len();
     println!(
         "\ntest result: {}. {} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {:.2}s\n",
         if failed.is_empty() { "ok" } else { "FAILED" },
