@@ -97,6 +97,25 @@ fn device_flag_misuse_is_refused_by_name() {
 }
 
 #[test]
+fn only_selects_families_by_name() {
+    // Without a GPU a valid selection fails for the machine's reason, as a full run does; with
+    // one, the report holds that family and no other.
+    let out = normlab(&["gpu-check", "--quick", "--json", "--only", "updates,batch"], &[]);
+    if out.status.success() {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+        assert_eq!(v["families"], serde_json::json!(["updates", "batch"]));
+        assert!(v["cases"].as_array().unwrap().is_empty() && !v["updates"].as_array().unwrap().is_empty());
+    } else {
+        assert_clean_failure(&out, no_gpu_reasons(), "gpu-check --only updates,batch");
+    }
+    // An unknown family is a usage error (status 2) naming the value and the possible ones.
+    let out = normlab(&["gpu-check", "--only", "rows,kernels"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'kernels'") && stderr.contains("variants"), "{stderr}");
+}
+
+#[test]
 fn precompile_fills_the_kernel_cache_without_a_gpu() {
     // A value that is no compute capability is refused by name in every build.
     let out = normlab(&["gpu-check", "--precompile", "ninety"], &[]);

@@ -1,4 +1,4 @@
-//! `normlab gpu-check [--json] [--quick] [--gpu N] [--precompile ARCH]`: every row kernel, the forward variants, the
+//! `normlab gpu-check [--json] [--quick] [--gpu N] [--only FAMILY,..] [--precompile ARCH]`: every row kernel, the forward variants, the
 //! fused nGPT/anGPT residual updates, every batch-norm sequence and the fused weight projections
 //! on the GPU against the f64 reference (the projections: against `normlab_norms::weight`) over
 //! many shapes (`crate::gpu::check`, `crate::gpu::check_updates`, `crate::gpu::check_batch`,
@@ -31,6 +31,26 @@ pub struct GpuCheckArgs {
     /// given the cache (NORMLAB_PTX_CACHE) then skips the compile at first use.
     #[arg(long, value_name = "ARCH")]
     pub precompile: Option<String>,
+    /// Check only these case families (comma-separated or repeated) [default: all]. A family
+    /// whose launch fails ends its run; checking families in separate runs keeps the others'
+    /// results.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "FAMILY")]
+    pub only: Vec<CheckFamily>,
+}
+
+/// A family of gpu-check cases (`--only`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckFamily {
+    /// Row kernels, forward and backward.
+    Rows,
+    /// Forward variants: pure half and E4M3 output.
+    Variants,
+    /// Fused nGPT/anGPT residual updates.
+    Updates,
+    /// Batch-norm sequences.
+    Batch,
+    /// Fused weight projections.
+    Project,
 }
 
 /// `sm_90`, `90` or `9.0` as (major, minor).
@@ -134,14 +154,26 @@ fn precompile(arch: &str, json: bool) -> Result<(), CliError> {
 #[cfg(feature = "cuda")]
 pub fn run(args: GpuCheckArgs) -> Result<(), CliError> {
     use crate::cli::output::{print, print_json, step_bar};
-    use crate::gpu::check::{render, run, total_cases};
+    use crate::gpu::check::{render, run, total_cases, Families};
     use crate::gpu::GpuError;
 
     if let Some(arch) = &args.precompile {
         return precompile(arch, args.json);
     }
-    let bar = step_bar(total_cases(args.quick) as u64);
-    let report = run(args.gpu, args.quick, &mut |i, _, label| {
+    let only = if args.only.is_empty() {
+        Families::ALL
+    } else {
+        let has = |f| args.only.contains(&f);
+        Families {
+            rows: has(CheckFamily::Rows),
+            variants: has(CheckFamily::Variants),
+            updates: has(CheckFamily::Updates),
+            batch: has(CheckFamily::Batch),
+            project: has(CheckFamily::Project),
+        }
+    };
+    let bar = step_bar(total_cases(args.quick, only) as u64);
+    let report = run(args.gpu, args.quick, only, &mut |i, _, label| {
         bar.set_position(i as u64);
         bar.set_message(label.to_string());
     });

@@ -128,6 +128,8 @@ pub struct CheckReport {
     pub image: ImageInfo,
     pub bound_ulp: f64,
     pub bounds: String,
+    /// The case families this run checked (`--only`; all by default).
+    pub families: Vec<String>,
     pub cases: Vec<CaseCheck>,
     /// The forward variants (pure-half, fp8 output).
     pub variants: Vec<VariantCheck>,
@@ -511,57 +513,102 @@ pub fn cases(quick: bool) -> Vec<(NormSpec, Storage, usize, usize, bool)> {
     v
 }
 
-/// Number of cases of a run (row kernels and fused updates), for progress bars.
-pub fn total_cases(quick: bool) -> usize {
-    cases(quick).len()
-        + variant_cases(quick).len()
-        + crate::gpu::check_updates::update_cases(quick).len()
-        + crate::gpu::check_batch::cases(quick).len()
-        + crate::gpu::check_project::cases(quick).len()
+/// The case families of a run, each selectable on its own (`normlab gpu-check --only`), so that
+/// one family failing to launch on a new device does not hide the others' results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Families {
+    /// The row kernels, forward and backward.
+    pub rows: bool,
+    /// The forward variants (pure half, E4M3 output).
+    pub variants: bool,
+    /// The fused nGPT/anGPT residual updates.
+    pub updates: bool,
+    /// The batch-norm sequences.
+    pub batch: bool,
+    /// The fused weight projections.
+    pub project: bool,
 }
 
-/// Run every case on device `ordinal`; `progress` is called before each case.
-pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &str)) -> Result<CheckReport> {
+impl Families {
+    pub const ALL: Families = Families { rows: true, variants: true, updates: true, batch: true, project: true };
+    pub const NONE: Families = Families { rows: false, variants: false, updates: false, batch: false, project: false };
+
+    /// The names of the families selected, in run order (the report's `families`).
+    pub fn names(self) -> Vec<String> {
+        let all = [(self.rows, "rows"), (self.variants, "variants"), (self.updates, "updates"), (self.batch, "batch"), (self.project, "project")];
+        all.iter().filter(|f| f.0).map(|f| f.1.to_string()).collect()
+    }
+}
+
+/// Number of cases of a run of `only`, for progress bars.
+pub fn total_cases(quick: bool, only: Families) -> usize {
+    let n = |on: bool, len: fn(bool) -> usize| if on { len(quick) } else { 0 };
+    n(only.rows, |q| cases(q).len())
+        + n(only.variants, |q| variant_cases(q).len())
+        + n(only.updates, |q| crate::gpu::check_updates::update_cases(q).len())
+        + n(only.batch, |q| crate::gpu::check_batch::cases(q).len())
+        + n(only.project, |q| crate::gpu::check_project::cases(q).len())
+}
+
+/// Run the cases of `only` on device `ordinal`; `progress` is called before each case. An error
+/// (a failed launch, say) ends the run and names the case it happened in.
+pub fn run(ordinal: usize, quick: bool, only: Families, progress: &mut dyn FnMut(usize, usize, &str)) -> Result<CheckReport> {
     use crate::gpu::check_updates::{run_update_case, update_cases};
     let s = Session::open(ordinal)?;
-    let all = cases(quick);
-    let upd = update_cases(quick);
-    let vall = variant_cases(quick);
-    let total = total_cases(quick);
+    let all = if only.rows { cases(quick) } else { Vec::new() };
+    let upd = if only.updates { update_cases(quick) } else { Vec::new() };
+    let vall = if only.variants { variant_cases(quick) } else { Vec::new() };
+    let total = total_cases(quick, only);
+    // The label of the case in progress, for errors.
+    let current = std::cell::RefCell::new(String::new());
+    let in_case = |e: GpuError| GpuError::InCase { case: current.borrow().clone(), source: Box::new(e) };
+    let mut step = |i: usize, label: &str| {
+        *current.borrow_mut() = label.to_string();
+        progress(i, total, label)
+    };
     let mut out = Vec::with_capacity(all.len());
     for (i, (spec, storage, rows, n, affine)) in all.iter().enumerate() {
-        progress(i, total, &format!("{} {} {rows}x{n}{}", label(spec), storage.name(), if *affine { " affine" } else { "" }));
+        step(i, &format!("{} {} {rows}x{n}{}", label(spec), storage.name(), if *affine { " affine" } else { "" }));
         let seed = 0x6e6f_726d_6c61_6200 ^ (i as u64).wrapping_mul(0x9e37_79b9);
         let c = match storage {
-            Storage::F16 => check_case::<f16>(&s, spec, *rows, *n, *affine, seed)?,
-            Storage::BF16 => check_case::<bf16>(&s, spec, *rows, *n, *affine, seed)?,
+            Storage::F16 => check_case::<f16>(&s, spec, *rows, *n, *affine, seed),
+            Storage::BF16 => check_case::<bf16>(&s, spec, *rows, *n, *affine, seed),
         };
-        out.push(c);
+        out.push(c.map_err(in_case)?);
     }
     let mut vout = Vec::with_capacity(vall.len());
     for (i, (variant, spec, storage, rows, n, affine, scale)) in vall.iter().enumerate() {
-        let what = format!("{} {} {} {rows}x{n} scale {scale}", variant.name(), label(spec), storage.name());
-        progress(all.len() + i, total, &what);
+        step(out.len() + i, &format!("{} {} {} {rows}x{n} scale {scale}", variant.name(), label(spec), storage.name()));
         let seed = 0x7661_7269_616e_7400 ^ (i as u64).wrapping_mul(0x9e37_79b9);
         let c = match (variant, storage) {
-            (FwdVariant::Pure, Storage::F16) => check_pure_case::<f16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
-            (FwdVariant::Pure, Storage::BF16) => check_pure_case::<bf16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
-            (FwdVariant::E4M3, Storage::F16) => check_e4m3_case::<f16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
-            (FwdVariant::E4M3, Storage::BF16) => check_e4m3_case::<bf16>(&s, spec, *rows, *n, *affine, *scale, seed)?,
+            (FwdVariant::Pure, Storage::F16) => check_pure_case::<f16>(&s, spec, *rows, *n, *affine, *scale, seed),
+            (FwdVariant::Pure, Storage::BF16) => check_pure_case::<bf16>(&s, spec, *rows, *n, *affine, *scale, seed),
+            (FwdVariant::E4M3, Storage::F16) => check_e4m3_case::<f16>(&s, spec, *rows, *n, *affine, *scale, seed),
+            (FwdVariant::E4M3, Storage::BF16) => check_e4m3_case::<bf16>(&s, spec, *rows, *n, *affine, *scale, seed),
         };
-        vout.push(c);
+        vout.push(c.map_err(in_case)?);
     }
-    let uk = crate::gpu::updates::UpdateKernels::for_context(&s.ctx)?;
     let mut updates = Vec::with_capacity(upd.len());
-    for (i, c) in upd.iter().enumerate() {
-        progress(all.len() + vall.len() + i, total, &format!("{} update {} {}x{} a {}", c.0.name(), c.1.name(), c.2, c.3, if c.4 { "scalar" } else { "vector" }));
-        let seed = 0x7570_6461_7465_0000 ^ (i as u64).wrapping_mul(0x9e37_79b9);
-        updates.push(run_update_case(&s, &uk, c, seed)?);
+    if !upd.is_empty() {
+        let uk = crate::gpu::updates::UpdateKernels::for_context(&s.ctx)?;
+        for (i, c) in upd.iter().enumerate() {
+            step(out.len() + vout.len() + i, &format!("{} update {} {}x{} a {}", c.0.name(), c.1.name(), c.2, c.3, if c.4 { "scalar" } else { "vector" }));
+            let seed = 0x7570_6461_7465_0000 ^ (i as u64).wrapping_mul(0x9e37_79b9);
+            updates.push(run_update_case(&s, &uk, c, seed).map_err(in_case)?);
+        }
     }
     let rows_done = out.len() + vout.len() + updates.len();
-    let batch_cases = crate::gpu::check_batch::run_cases(&s, quick, &mut |i, _, label| progress(rows_done + i, total, label))?;
+    let batch_cases = if only.batch {
+        crate::gpu::check_batch::run_cases(&s, quick, &mut |i, _, label| step(rows_done + i, label)).map_err(in_case)?
+    } else {
+        Vec::new()
+    };
     let batch_done = rows_done + batch_cases.len();
-    let projections = crate::gpu::check_project::run_cases(&s, quick, &mut |i, _, label| progress(batch_done + i, total, label))?;
+    let projections = if only.project {
+        crate::gpu::check_project::run_cases(&s, quick, &mut |i, _, label| step(batch_done + i, label)).map_err(in_case)?
+    } else {
+        Vec::new()
+    };
     let failed = out.iter().filter(|c| !c.pass).count()
         + vout.iter().filter(|c| !c.pass).count()
         + updates.iter().filter(|c| !c.pass).count()
@@ -572,6 +619,7 @@ pub fn run(ordinal: usize, quick: bool, progress: &mut dyn FnMut(usize, usize, &
         device: s.kernels.info().clone(),
         image: s.kernels.image().clone(),
         bound_ulp: BOUND_ULP,
+        families: only.names(),
         bounds: "forward: 1 ulp; dx: 1 ulp beyond 2^-16 (max|dx| + s (max|g| + C|g.x^|)) of its row; dweight/dbias: 1 ulp beyond 2^-18 sum|dy x^| (sum|dy|); variants: pure bitwise, e4m3 1 ulp; updates, batch and projections: see their tables".to_string(),
         total: out.len() + vout.len() + updates.len() + batch_cases.len() + projections.len(),
         failed,
@@ -603,6 +651,7 @@ pub fn render(r: &CheckReport) -> String {
         r.image.nvrtc_version.1,
         r.image.origin
     );
+    let _ = writeln!(s, "families checked: {}", r.families.join(", "));
     let _ = writeln!(s, "bounds: {}\n", r.bounds);
     let _ = writeln!(s, "{:<8} {:<5} {:>12} {:<6} {:<26} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}  ok", "kind", "dtype", "shape", "affine", "forward kernel", "grid", "block", "y ulp", "dx ulp", "dw ulp", "db ulp");
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
@@ -656,6 +705,30 @@ pub fn render(r: &CheckReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn families_select_their_cases_and_add_up() {
+        for quick in [true, false] {
+            let one = |f: fn(&mut Families)| {
+                let mut only = Families::NONE;
+                f(&mut only);
+                total_cases(quick, only)
+            };
+            let parts = [
+                one(|f| f.rows = true),
+                one(|f| f.variants = true),
+                one(|f| f.updates = true),
+                one(|f| f.batch = true),
+                one(|f| f.project = true),
+            ];
+            assert_eq!(parts[0], cases(quick).len());
+            assert!(parts.iter().all(|&n| n > 0), "{parts:?}");
+            assert_eq!(parts.iter().sum::<usize>(), total_cases(quick, Families::ALL));
+            assert_eq!(total_cases(quick, Families::NONE), 0);
+        }
+        assert_eq!(Families::ALL.names(), ["rows", "variants", "updates", "batch", "project"]);
+        assert_eq!(Families { batch: true, ..Families::NONE }.names(), ["batch"]);
+    }
 
     #[test]
     fn variant_cases_cover_both_variants_dtypes_and_overflow_data() {

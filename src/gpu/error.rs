@@ -52,6 +52,9 @@ pub enum GpuError {
     /// A buffer has the wrong length for the launch.
     #[error("{what}: expected {expected} elements, got {got}")]
     Length { what: &'static str, expected: usize, got: usize },
+    /// An error inside one gpu-check case, with the case's label.
+    #[error("gpu-check case '{case}': {source}")]
+    InCase { case: String, source: Box<GpuError> },
     /// gpu-check found kernels outside their error bounds.
     #[error("gpu-check: {failed} of {total} cases exceed their error bound (see the table)")]
     CheckFailed { failed: usize, total: usize },
