@@ -784,6 +784,57 @@ __device__ __forceinline__ void add_first_sum(float& sum, float v, bool centred)
   else sum += v;
 }
 
+/// Whether a register-path loop is compiled for a property (centring, an affine weight or bias)
+/// being absent, present, or read from the parameters at run time. The H200's ncu showed the
+/// register kernels issue-bound (0.70-0.78 warps issued per scheduler per cycle, DRAM at 52-68%
+/// of peak): a property read at run time costs its instructions in every row even when absent
+/// (a subtraction of a zero mean, predicated-off weight loads and products still issue), so the
+/// common cases get their own loops and the rare ones (rescued rows) the run-time one.
+enum Spec { SPEC_NO = 0, SPEC_YES = 1, SPEC_RUNTIME = 2 };
+
+/// The output of one row held in registers (fwd_regs_row's last step): y = ((x - hi) - lo) s,
+/// times the weight, plus the bias, each present as CEN (centring) and AFF (weight or bias) say.
+/// The same operations on the same values in every specialisation: an uncentred row is never
+/// centred (x - 0 - 0 = x exactly, -0 included), and an absent weight or bias is no operation.
+template <class T, int OUT, bool SCALED, int V, int CEN, int AFF>
+__device__ __forceinline__ void fwd_regs_store(const FwdParams& p, float out_scale, const RegRow<V>& cur, const RegMap& m,
+                                               i64 row, int e, float hi, float lo, float s) {
+  const int n = p.n;
+  const T* __restrict__ wgt = AFF == SPEC_NO ? nullptr : static_cast<const T*>(p.weight);
+  const T* __restrict__ bia = AFF == SPEC_NO ? nullptr : static_cast<const T*>(p.bias);
+  const bool centred = CEN == SPEC_RUNTIME ? p.centred != 0 : CEN == SPEC_YES;
+  const Scale sc(SCALED ? e : 0);
+  // A loop, not visit_regs: through the lambda, NVRTC 12.9 compiled the E4M3 kernels'
+  // stores differently (24-36 fewer multiplications by out_scale in the block kernels, 400
+  // instructions fewer in the warp L1 ones), a change nobody has measured on a GPU.
+#pragma unroll
+  for (int k = 0; k < V; k++) {
+    if (!m.has(k)) continue;
+    const i64 col = m.col(k);
+    Vec16 wq, bq;
+    if (wgt) wq.u = load16(wgt + col);
+    if (bia) bq.u = load16(bia + col);
+    auto out = [&](int j) {
+      const float v = lanef<T>(cur.v[k], j);
+      const float x = SCALED ? sc(v) : v;
+      float o = (centred ? (x - hi) - lo : x) * s;
+      if (wgt) o *= lanef<T>(wq.u, j);
+      if (bia) o += lanef<T>(bq.u, j);
+      return o;
+    };
+    if constexpr (OUT == OUT_E4M3) {
+      unsigned w[2] = {0u, 0u};
+#pragma unroll
+      for (int j = 0; j < VEC; j++) w[j >> 2] |= e4m3_from_f32(__fmul_rn(out(j), out_scale)) << (8 * (j & 3));
+      store8(reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.y) + row * n + col), make_uint2(w[0], w[1]));
+    } else {
+      // Packed a pair at a time, so that at most two outputs are live.
+      store16(static_cast<T*>(p.y) + row * n + col,
+              make_uint4(pack2<T>(out(0), out(1)), pack2<T>(out(2), out(3)), pack2<T>(out(4), out(5)), pack2<T>(out(6), out(7))));
+    }
+  }
+}
+
 /// The statistics and output of one row held in registers (fwd_regs), after the first reduction
 /// gave max |x| and the kind's first sum `s1` of the unscaled row. SCALED: the row needs the
 /// rescue by 2^-e (e != 0): every pass works on sc(x) and `s1` is recomputed on it (sc is a
@@ -862,33 +913,12 @@ __device__ __forceinline__ void fwd_regs_row(const FwdParams& p, float out_scale
     hi = lo = s = f_nan();
     clamped = false;
   }
-  // A loop, not visit_regs: through the lambda, NVRTC 12.9 compiled the E4M3 kernels'
-  // stores differently (24-36 fewer multiplications by out_scale in the block kernels, 400
-  // instructions fewer in the warp L1 ones), a change nobody has measured on a GPU.
-#pragma unroll
-  for (int k = 0; k < V; k++) {
-    if (!m.has(k)) continue;
-    const i64 col = m.col(k);
-    Vec16 wq, bq;
-    if (wgt) wq.u = load16(wgt + col);
-    if (bia) bq.u = load16(bia + col);
-    auto out = [&](int j) {
-      float o = (centred ? (xs(k, j) - hi) - lo : xs(k, j)) * s;
-      if (wgt) o *= lanef<T>(wq.u, j);
-      if (bia) o += lanef<T>(bq.u, j);
-      return o;
-    };
-    if constexpr (OUT == OUT_E4M3) {
-      unsigned w[2] = {0u, 0u};
-#pragma unroll
-      for (int j = 0; j < VEC; j++) w[j >> 2] |= e4m3_from_f32(__fmul_rn(out(j), out_scale)) << (8 * (j & 3));
-      store8(reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.y) + row * n + col), make_uint2(w[0], w[1]));
-    } else {
-      // Packed a pair at a time, so that at most two outputs are live.
-      store16(static_cast<T*>(p.y) + row * n + col,
-              make_uint4(pack2<T>(out(0), out(1)), pack2<T>(out(2), out(3)), pack2<T>(out(4), out(5)), pack2<T>(out(6), out(7))));
-    }
-  }
+  // Uniform over the group: the launch's parameters (a NaN row changes hi, lo and s only). The
+  // affine-free loop is compiled apart (its predicated-off weight and bias work was about half
+  // the loop); centring stays a run-time choice: compiling it apart too made the sm_90 forward
+  // kernels spill (4-36 bytes under their register budgets).
+  if (!SCALED && wgt == nullptr && bia == nullptr) fwd_regs_store<T, OUT, SCALED, V, SPEC_RUNTIME, SPEC_NO>(p, out_scale, cur, m, row, e, hi, lo, s);
+  else fwd_regs_store<T, OUT, SCALED, V, SPEC_RUNTIME, SPEC_RUNTIME>(p, out_scale, cur, m, row, e, hi, lo, s);
   if (p.stats && m.leader()) p.stats[row] = make_float4(hi, lo, s, stats_meta(e, clamped));
 }
 
@@ -1012,14 +1042,16 @@ __device__ __forceinline__ bool bwd_regs_ok(const BwdParams& p) {
 /// otherwise sc is the identity and is skipped. The same operations as the staged path on the
 /// same values (its dz and the dweight/dbias accumulation in shared memory, in row order), with
 /// the reductions' own tree.
-template <class T, int KIND, bool BLOCK, bool SCALED>
+/// CEN and WGT (Spec): centring and the weight compiled as absent, present or read at run time,
+/// as fwd_regs_store; the same operations on the same values in each.
+template <class T, int KIND, bool BLOCK, bool SCALED, int CEN, int WGT>
 __device__ __forceinline__ void bwd_regs_row(const BwdParams& p, const RegRow<BWD_REG_VECS>& cx, const RegRow<BWD_REG_VECS>& cdy, const RegMap& m,
                                              i64 row, const float4& st, float* acc_dw, float* acc_db, int seg, int per_group,
                                              int& parity) {
   const int n = p.n;
-  const T* __restrict__ wgt = static_cast<const T*>(p.weight);
+  const T* __restrict__ wgt = WGT == SPEC_NO ? nullptr : static_cast<const T*>(p.weight);
   const float inv_n = recip((float)n);
-  const bool centred = p.centred != 0;
+  const bool centred = CEN == SPEC_RUNTIME ? p.centred != 0 : CEN == SPEC_YES;
   const bool want_dw = acc_dw != nullptr, want_db = acc_db != nullptr;
   const float hi = st.x, lo = st.y, s = st.z;
   const int meta = __float_as_int(st.w);
@@ -1115,6 +1147,8 @@ __device__ __forceinline__ void bwd_regs(const BwdParams& p, float* acc_dw, floa
   RegMap m{BLOCK ? Gr::rank() : lane % L, BLOCK ? Gr::size() : L, n / VEC, true};
   const i64 stride = (i64)gridDim.x * Gr::per_block() * per_group;
   const i64 first = ((i64)blockIdx.x * Gr::per_block() + Gr::index_in_block()) * per_group;
+  // Specialised loops (bwd_regs_row's CEN, WGT): uniform over the grid.
+  const bool cen = p.centred != 0, wgt = p.weight != nullptr;
   RegRow<BWD_REG_VECS> cx, cdy, nx, ndy;
 #pragma unroll
   for (int k = 0; k < BWD_REG_VECS; k++) cx.v[k] = cdy.v[k] = nx.v[k] = ndy.v[k] = make_uint4(0u, 0u, 0u, 0u);
@@ -1134,8 +1168,15 @@ __device__ __forceinline__ void bwd_regs(const BwdParams& p, float* acc_dw, floa
     const float4 st = m.valid ? p.stats[row] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     bool scaled = (__float_as_int(st.w) >> 1) != 0;
     if (!BLOCK) scaled = __any_sync(0xffffffffu, scaled);
-    if (!scaled) bwd_regs_row<T, KIND, BLOCK, false>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
-    else bwd_regs_row<T, KIND, BLOCK, true>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    // Unit L2's block backward keeps the run-time loop: specialised, it measured 2.4-5.1% slower
+    // on the H200 (the only kernels that lost; its warp kernels gained 4-5%), so it compiles as
+    // before, to the same machine code.
+    if (KIND == UNIT_L2 && BLOCK && !scaled) bwd_regs_row<T, KIND, BLOCK, false, SPEC_RUNTIME, SPEC_RUNTIME>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    else if (scaled) bwd_regs_row<T, KIND, BLOCK, true, SPEC_RUNTIME, SPEC_RUNTIME>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    else if (cen && wgt) bwd_regs_row<T, KIND, BLOCK, false, SPEC_YES, SPEC_YES>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    else if (cen) bwd_regs_row<T, KIND, BLOCK, false, SPEC_YES, SPEC_NO>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    else if (wgt) bwd_regs_row<T, KIND, BLOCK, false, SPEC_NO, SPEC_YES>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
+    else bwd_regs_row<T, KIND, BLOCK, false, SPEC_NO, SPEC_NO>(p, cx, cdy, m, row, st, acc_dw, acc_db, seg, per_group, parity);
     cx = nx;
     cdy = ndy;
   }
