@@ -9,12 +9,6 @@
 #   bench.json  {"<name>-<round>": `normlab bench --device cuda --json`}
 #   check.json  {"rowsquick" | "variants" | "rows": `normlab gpu-check ... --json`} of X
 #   ncu.txt     Nsight Compute on X (if ncu exists)
-set -u
-OUT="${OUT:-/tmp/normlab-lease}"
-mkdir -p "$OUT"
-exec > >(tee "$OUT/lease.log") 2>&1
-echo "== $(date -u +%FT%TZ) $(uname -m) $(nproc) cpus"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv
 . kernels/device/setup.sh
 X=$2
 for round in 1 2; do
@@ -40,14 +34,7 @@ use "$X"
 step check-rowsquick 120 "$B" gpu-check --only rows --quick --json
 step check-variants 120 "$B" gpu-check --only variants --json
 NCU_KERNELS="${NCU_KERNELS:-rms_fwd_f16_block|layer_fwd_f16_block|rms_bwd_f16_block|rms_fwd_f16_warp|l1_fwd_f16_warp}"
-if command -v ncu >/dev/null; then
-  echo "== ncu: $NCU_KERNELS"
-  timeout 150 ncu --clock-control none --print-summary none --section SpeedOfLight --section Occupancy \
-    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
-    --kernel-id "::regex:^nl_($NCU_KERNELS)\$:2" "$B" bench --device cuda --reps 2 >"$OUT/ncu.txt" 2>&1
-  echo "== ncu: rc=$?"
-fi
+ncu_run 150 "$NCU_KERNELS"
 step check-rows "${CHECK_LIMIT_S:-240}" "$B" gpu-check --only rows --json
 merge_checks
-nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-echo "== done $(date -u +%FT%TZ)"
+finish

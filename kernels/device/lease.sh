@@ -10,12 +10,6 @@
 #   bench-cuda.json  `normlab bench --device cuda --json`
 #   peers.json       kernels/device/peers.py: PyTorch's and Liger's norms, same shape
 #   ncu.txt          Nsight Compute on the kernels named by NCU_KERNELS (if ncu exists)
-set -u
-OUT="${OUT:-/tmp/normlab-lease}"
-mkdir -p "$OUT"
-exec > >(tee "$OUT/lease.log") 2>&1
-echo "== $(date -u +%FT%TZ) $(uname -m) $(nproc) cpus"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv
 . kernels/device/setup.sh
 use "${1:-new}"
 "$B" --version
@@ -28,12 +22,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 150 python3 kernels/device/peers.py "$OUT/peers.json"
 echo "== peers: rc=$?"
 NCU_KERNELS="${NCU_KERNELS:-rms_fwd_f16_block|layer_fwd_f16_block|linf_bwd_f16_block|rms_fwd_f16_warp|l1_fwd_f16_warp|topk_fwd_f16_block}"
-if command -v ncu >/dev/null; then
-  echo "== ncu: $NCU_KERNELS"
-  timeout 180 ncu --clock-control none --print-summary none --section SpeedOfLight --section Occupancy \
-    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
-    --kernel-id "::regex:^nl_($NCU_KERNELS)\$:2" "$B" bench --device cuda --reps 2 >"$OUT/ncu.txt" 2>&1
-  echo "== ncu: rc=$?"
-fi
-nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-echo "== done $(date -u +%FT%TZ)"
+ncu_run 180 "$NCU_KERNELS"
+finish

@@ -1,11 +1,15 @@
 # Sourced by the device scripts (lease.sh, ab.sh) on the GPU machine, from the repository root:
-# unpacks what prepare.sh put in .lease/ (python's lzma and tarfile: the image may lack xz) and
+# logs to $OUT/lease.log (and the terminal) with the device's name and clocks first, unpacks what prepare.sh put in .lease/ (python's lzma and tarfile: the image may lack xz) and
 # defines `use NAME`, which points B at .lease/bin/NAME's binary and NORMLAB_PTX_CACHE at its
 # precompiled kernels, NORMLAB_CUDA_INCLUDE at the headers' path they were compiled with (a
 # report's `image.origin` says `disk` when the carried image was used, `compiled` when not).
+set -u
 L="$PWD/.lease"
 OUT="${OUT:-/tmp/normlab-lease}"
 mkdir -p "$OUT"
+exec > >(tee "$OUT/lease.log") 2>&1
+echo "== $(date -u +%FT%TZ) $(uname -m) $(nproc) cpus"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv
 python3 - "$L" <<'PY'
 import glob, lzma, os, shutil, sys, tarfile
 L = sys.argv[1]
@@ -63,4 +67,20 @@ for f in sorted(glob.glob(sys.argv[1] + "/check-*.json")):
 json.dump(out, open(sys.argv[1] + "/check.json", "w"))
 print("check families (total, failed):", {k: (v["total"], v["failed"]) for k, v in out.items()})
 PY
+}
+# ncu_run LIMIT_S KERNELS: Nsight Compute (clocks left alone) on the second launch of each kernel
+# named by KERNELS (a regex alternation of names without the `nl_` prefix) inside
+# `$B bench --device cuda --reps 2`, into $OUT/ncu.txt; skipped where ncu is missing.
+ncu_run() {
+  command -v ncu >/dev/null || { echo "== ncu: not installed"; return; }
+  echo "== ncu: $2"
+  timeout "$1" ncu --clock-control none --print-summary none --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+    --kernel-id "::regex:^nl_($2)\$:2" "$B" bench --device cuda --reps 2 >"$OUT/ncu.txt" 2>&1
+  echo "== ncu: rc=$?"
+}
+# finish: the clocks after the work, and the time.
+finish() {
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  echo "== done $(date -u +%FT%TZ)"
 }
