@@ -792,17 +792,18 @@ __device__ __forceinline__ void add_first_sum(float& sum, float v, bool centred)
 /// common cases get their own loops and the rare ones (rescued rows) the run-time one.
 enum Spec { SPEC_NO = 0, SPEC_YES = 1, SPEC_RUNTIME = 2 };
 
-/// The output of one row held in registers (fwd_regs_row's last step): y = ((x - hi) - lo) s,
-/// times the weight, plus the bias, each present as CEN (centring) and AFF (weight or bias) say.
-/// The same operations on the same values in every specialisation: an uncentred row is never
-/// centred (x - 0 - 0 = x exactly, -0 included), and an absent weight or bias is no operation.
-template <class T, int OUT, bool SCALED, int V, int CEN, int AFF>
+/// The output of one row held in registers (fwd_regs_row's last step): y = ((x - hi) - lo) s
+/// (centred) or x s, times the weight, plus the bias, as AFF (weight or bias) says. The same
+/// operations on the same values in both specialisations: an absent weight or bias is no
+/// operation. Centring is always read at run time here (compiled apart, it made the sm_90
+/// forward kernels spill 4-36 bytes under their register budgets).
+template <class T, int OUT, bool SCALED, int V, int AFF>
 __device__ __forceinline__ void fwd_regs_store(const FwdParams& p, float out_scale, const RegRow<V>& cur, const RegMap& m,
                                                i64 row, int e, float hi, float lo, float s) {
   const int n = p.n;
   const T* __restrict__ wgt = AFF == SPEC_NO ? nullptr : static_cast<const T*>(p.weight);
   const T* __restrict__ bia = AFF == SPEC_NO ? nullptr : static_cast<const T*>(p.bias);
-  const bool centred = CEN == SPEC_RUNTIME ? p.centred != 0 : CEN == SPEC_YES;
+  const bool centred = p.centred != 0;
   const Scale sc(SCALED ? e : 0);
   // A loop, not visit_regs: through the lambda, NVRTC 12.9 compiled the E4M3 kernels'
   // stores differently (24-36 fewer multiplications by out_scale in the block kernels, 400
@@ -915,10 +916,9 @@ __device__ __forceinline__ void fwd_regs_row(const FwdParams& p, float out_scale
   }
   // Uniform over the group: the launch's parameters (a NaN row changes hi, lo and s only). The
   // affine-free loop is compiled apart (its predicated-off weight and bias work was about half
-  // the loop); centring stays a run-time choice: compiling it apart too made the sm_90 forward
-  // kernels spill (4-36 bytes under their register budgets).
-  if (!SCALED && wgt == nullptr && bia == nullptr) fwd_regs_store<T, OUT, SCALED, V, SPEC_RUNTIME, SPEC_NO>(p, out_scale, cur, m, row, e, hi, lo, s);
-  else fwd_regs_store<T, OUT, SCALED, V, SPEC_RUNTIME, SPEC_RUNTIME>(p, out_scale, cur, m, row, e, hi, lo, s);
+  // the loop).
+  if (!SCALED && wgt == nullptr && bia == nullptr) fwd_regs_store<T, OUT, SCALED, V, SPEC_NO>(p, out_scale, cur, m, row, e, hi, lo, s);
+  else fwd_regs_store<T, OUT, SCALED, V, SPEC_RUNTIME>(p, out_scale, cur, m, row, e, hi, lo, s);
   if (p.stats && m.leader()) p.stats[row] = make_float4(hi, lo, s, stats_meta(e, clamped));
 }
 
@@ -1042,8 +1042,8 @@ __device__ __forceinline__ bool bwd_regs_ok(const BwdParams& p) {
 /// otherwise sc is the identity and is skipped. The same operations as the staged path on the
 /// same values (its dz and the dweight/dbias accumulation in shared memory, in row order), with
 /// the reductions' own tree.
-/// CEN and WGT (Spec): centring and the weight compiled as absent, present or read at run time,
-/// as fwd_regs_store; the same operations on the same values in each.
+/// CEN and WGT (Spec): centring and the weight compiled as absent, present or read at run time;
+/// the same operations on the same values in each.
 template <class T, int KIND, bool BLOCK, bool SCALED, int CEN, int WGT>
 __device__ __forceinline__ void bwd_regs_row(const BwdParams& p, const RegRow<BWD_REG_VECS>& cx, const RegRow<BWD_REG_VECS>& cdy, const RegMap& m,
                                              i64 row, const float4& st, float* acc_dw, float* acc_db, int seg, int per_group,
