@@ -138,19 +138,19 @@ pub(crate) fn forward_rows<T: Element, A: Real>(
     })
 }
 
-fn same<T: 'static, U: 'static>() -> bool {
+pub(super) fn same<T: 'static, U: 'static>() -> bool {
     std::any::TypeId::of::<T>() == std::any::TypeId::of::<U>()
 }
 
 /// # Safety
 /// `T` and `U` are the same type.
-unsafe fn cast<T, U>(v: &[T]) -> &[U] {
+pub(super) unsafe fn cast<T, U>(v: &[T]) -> &[U] {
     std::slice::from_raw_parts(v.as_ptr() as *const U, v.len())
 }
 
 /// # Safety
 /// `T` and `U` are the same type.
-unsafe fn cast_mut<T, U>(v: &mut [T]) -> &mut [U] {
+pub(super) unsafe fn cast_mut<T, U>(v: &mut [T]) -> &mut [U] {
     std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut U, v.len())
 }
 

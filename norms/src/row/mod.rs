@@ -29,15 +29,16 @@
 //! | LInf | C sign(z_m) at m = argmax |z| (lowest index on ties), 0 elsewhere |
 //! | TopK | C sign(z_j) / k for j among the k largest |z| (lowest indices on ties), 0 elsewhere |
 //!
-//! The backward takes the statistics saved by the forward (`RowStats`), so it recomputes
-//! only `x̂`, and the selections of L-inf and Top-k, which follow the same tie rule.
-//!
+//! The backward takes the statistics saved by the forward (`RowStats`), so it recomputes only `x̂`, and the
+//! selections of L-inf and Top-k, which follow the same tie rule. With f32 accumulation over f32/f16/bf16 it runs
+//! in explicit SIMD (`fused_backward`: the generic kernel's bits in fewer passes), else by the generic kernel.
 //! # Determinism
 //! Rows are independent; each is reduced in fixed lanes combined in a fixed order. Weight and
 //! bias gradients are summed in 64 fixed row blocks (by shape, not by thread), then in block
 //! order: results are bitwise identical for any number of threads.
 
 mod fused;
+mod fused_backward;
 mod kernel;
 mod rank_select;
 mod simd;
@@ -376,9 +377,9 @@ multiversioned! {
 multiversioned! {
     #[allow(clippy::too_many_arguments)]
     fn backward_rows_mv<T: Element, A: Real>(
-        ctx: &RowCtx<A>, xc: &[T], dyc: &[T], dxc: &mut [T], sc: &[RowStats], w: Option<&[A]>, want_dw: bool, want_db: bool,
-        scr: &mut Scratch<A>, mask: &mut [bool],
-    ) -> (Counters, Option<Vec<A>>, Option<Vec<A>>) => backward_rows
+        ctx: &RowCtx<A>, xc: &[T], dyc: &[T], dxc: &mut [T], sc: &[RowStats], w: Option<&[A]>, dw: Option<&mut [A]>,
+        db: Option<&mut [A]>, scr: &mut Scratch<A>, mask: &mut [bool],
+    ) -> Counters => backward_rows
 }
 
 /// Forward of consecutive rows (one parallel task).
@@ -484,6 +485,7 @@ fn backward_impl<T: Element, A: Real>(
     let want_dw = dweight.is_some();
     let want_db = dbias.is_some();
     let rows_per_block = rows.div_ceil(GRAD_BLOCKS).max(1);
+    let level = fused_backward::level_for(w.as_deref());
     let results: Vec<BlockPartials<A>> = dx
         .par_chunks_mut(n * rows_per_block)
         .zip(x.par_chunks(n * rows_per_block))
@@ -491,9 +493,7 @@ fn backward_impl<T: Element, A: Real>(
         .zip(stats.par_chunks(rows_per_block))
         .map_init(
             || (Scratch::<A>::new(n), vec![false; n]),
-            |(scr, mask), (((dxc, xc), dyc), sc)| {
-                backward_rows_mv(&ctx, xc, dyc, dxc, sc, w.as_deref(), want_dw, want_db, scr, mask)
-            },
+            |(scr, mask), (((dxc, xc), dyc), sc)| backward_task(level, &ctx, xc, dyc, dxc, sc, w.as_deref(), want_dw, want_db, scr, mask),
         )
         .collect();
     let mut counters = Counters::default();
@@ -519,10 +519,13 @@ fn backward_impl<T: Element, A: Real>(
     Ok(counters)
 }
 
-/// Backward of one block of consecutive rows, with that block's weight/bias gradient partials.
+/// Backward of one block of consecutive rows, with that block's weight/bias gradient
+/// partials: by the explicit-SIMD kernel of [`fused_backward`] where it applies (f32
+/// accumulation over f32/f16/bf16 storage), by the generic kernel otherwise; the same bits.
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn backward_rows<T: Element, A: Real>(
+#[inline(never)]
+fn backward_task<T: Element, A: Real>(
+    level: fused::Level,
     ctx: &RowCtx<A>,
     xc: &[T],
     dyc: &[T],
@@ -533,23 +536,66 @@ fn backward_rows<T: Element, A: Real>(
     want_db: bool,
     scr: &mut Scratch<A>,
     mask: &mut [bool],
-) -> (Counters, Option<Vec<A>>, Option<Vec<A>>) {
+) -> BlockPartials<A> {
     let n = scr.a.len();
-    let mut c = Counters::default();
     let mut dw = want_dw.then(|| vec![A::zero(); n]);
     let mut db = want_db.then(|| vec![A::zero(); n]);
-    for (((dxr, xr), dyr), st) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)).zip(sc) {
-        let (xb, gb) = (&mut scr.a[..n], &mut scr.b[..n]);
-        A::load(xr, xb);
-        A::load(dyr, gb);
-        row_backward(ctx, xb, gb, st, w, dw.as_deref_mut(), db.as_deref_mut(), &mut scr.c, mask);
-        if st.exp2 != 0 {
-            kernel::scale_by_pow2(gb, st.exp2);
-        }
-        A::store(gb, dxr);
-        c.nonfinite_out += count_nonfinite(dxr);
-    }
+    let c = match fused_backward::backward_rows(level, ctx, xc, dyc, dxc, sc, w, dw.as_deref_mut(), db.as_deref_mut(), scr, mask) {
+        Some(c) => c,
+        None => backward_rows_mv(ctx, xc, dyc, dxc, sc, w, dw.as_deref_mut(), db.as_deref_mut(), scr, mask),
+    };
     (c, dw, db)
+}
+
+/// Backward of consecutive rows by the generic kernel, adding to `dw` and `db`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn backward_rows<T: Element, A: Real>(
+    ctx: &RowCtx<A>,
+    xc: &[T],
+    dyc: &[T],
+    dxc: &mut [T],
+    sc: &[RowStats],
+    w: Option<&[A]>,
+    mut dw: Option<&mut [A]>,
+    mut db: Option<&mut [A]>,
+    scr: &mut Scratch<A>,
+    mask: &mut [bool],
+) -> Counters {
+    let n = scr.a.len();
+    let mut c = Counters::default();
+    for (((dxr, xr), dyr), st) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)).zip(sc) {
+        c.nonfinite_out += backward_row(ctx, xr, dyr, dxr, st, w, dw.as_deref_mut(), db.as_deref_mut(), scr, mask);
+    }
+    c
+}
+
+/// One row's backward by the generic kernel (`kernel::row_backward`), adding to `dw` and
+/// `db`; returns the number of non-finite values in `dxr`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn backward_row<T: Element, A: Real>(
+    ctx: &RowCtx<A>,
+    xr: &[T],
+    dyr: &[T],
+    dxr: &mut [T],
+    st: &RowStats,
+    w: Option<&[A]>,
+    dw: Option<&mut [A]>,
+    db: Option<&mut [A]>,
+    scr: &mut Scratch<A>,
+    mask: &mut [bool],
+) -> u64 {
+    let n = xr.len();
+    let (xb, gb) = (&mut scr.a[..n], &mut scr.b[..n]);
+    A::load(xr, xb);
+    A::load(dyr, gb);
+    row_backward(ctx, xb, gb, st, w, dw, db, &mut scr.c, mask);
+    if st.exp2 != 0 {
+        kernel::scale_by_pow2(gb, st.exp2);
+    }
+    A::store(gb, dxr);
+    count_nonfinite(dxr)
 }
 
 /// The unit tests of this module and its private submodules ([`crate::unit_tests`]).
@@ -557,6 +603,7 @@ fn backward_rows<T: Element, A: Real>(
 pub(crate) fn unit_tests() -> Vec<crate::unit_tests::UnitTest> {
     let mut all = [stream_tests::TESTS, task_tests::TESTS, rank_select::tests::TESTS].concat();
     all.extend(fused::unit_tests());
+    all.extend(fused_backward::unit_tests());
     all.extend(simd::unit_tests());
     all
 }

@@ -153,8 +153,8 @@ pub(super) unsafe fn keep_lane_of_block<S: Storage>(x: *const S, hi: f32, lo: f3
 /// `r0[0..4] r1[0..4] r2[0..4] r3[0..4] r0[4..8] r1[4..8] r2[4..8] r3[4..8]`.
 #[inline(always)]
 pub(super) unsafe fn packed_bytes(r: [__m256; 4]) -> __m256i {
-    let c = |v: __m256| _mm256_castps_si256(v);
-    _mm256_packs_epi16(_mm256_packs_epi32(c(r[0]), c(r[1])), _mm256_packs_epi32(c(r[2]), c(r[3])))
+    let c = [_mm256_castps_si256(r[0]), _mm256_castps_si256(r[1]), _mm256_castps_si256(r[2]), _mm256_castps_si256(r[3])];
+    _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]))
 }
 
 /// [`packed_bytes`] with its quarters permuted by `order`, moved to a word: bit b for byte b.
@@ -168,8 +168,24 @@ unsafe fn packed_masks(r: [__m256; 4], order: __m256i) -> u32 {
 /// one `movemask`, where two `ge_mask` take eight instructions and two more to join them.
 #[inline(always)]
 pub(super) unsafe fn ge_mask_2_in_order(a: (__m256, __m256), b: (__m256, __m256), t: (__m256, __m256)) -> u32 {
-    let ge = |v: __m256, t: __m256| _mm256_cmp_ps::<_CMP_GE_OQ>(v, t);
-    packed_masks([ge(a.0, t.0), ge(a.1, t.1), ge(b.0, t.0), ge(b.1, t.1)], _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    let ge = [
+        _mm256_cmp_ps::<_CMP_GE_OQ>(a.0, t.0),
+        _mm256_cmp_ps::<_CMP_GE_OQ>(a.1, t.1),
+        _mm256_cmp_ps::<_CMP_GE_OQ>(b.0, t.0),
+        _mm256_cmp_ps::<_CMP_GE_OQ>(b.1, t.1),
+    ];
+    packed_masks(ge, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// [`F32x16::sign`] of eight lanes: `1.0` where above zero, `-1.0` where below, else `+0.0`.
+/// # Safety
+/// AVX available.
+#[inline(always)]
+unsafe fn sign_8(v: __m256) -> __m256 {
+    let zero = _mm256_setzero_ps();
+    let pos = _mm256_and_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(v, zero), _mm256_set1_ps(1.0));
+    let neg = _mm256_and_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(v, zero), _mm256_set1_ps(-1.0));
+    _mm256_or_ps(pos, neg)
 }
 
 impl F32x16 for Avx2 {
@@ -240,6 +256,11 @@ impl F32x16 for Avx2 {
             let m = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
             Avx2(_mm256_and_ps(self.0, m), _mm256_and_ps(self.1, m))
         }
+    }
+    #[inline(always)]
+    fn sign(self) -> Self {
+        // SAFETY: as in `add`. Ordered comparisons: a NaN lane is neither, so 0.
+        unsafe { Avx2(sign_8(self.0), sign_8(self.1)) }
     }
     #[inline(always)]
     fn max_gt(a: Self, m: Self) -> Self {

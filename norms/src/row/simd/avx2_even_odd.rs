@@ -89,8 +89,22 @@ unsafe fn deinterleave(a: __m256, b: __m256) -> (__m256, __m256) {
     // are put in order.
     let e = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
     let o = _mm256_shuffle_ps::<0b11_01_11_01>(a, b);
-    let fix = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
-    (fix(e), fix(o))
+    (quarters_in_order(e), quarters_in_order(o))
+}
+
+/// The 64-bit quarters of `v` reordered 0 2 1 3 ([`deinterleave`]). A function, not a closure:
+/// a closure the compiler leaves out of line loses the caller's target features, and its
+/// intrinsics become calls (`.ci/intrinsics-inlined.py`).
+#[inline(always)]
+unsafe fn quarters_in_order(v: __m256) -> __m256 {
+    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
+}
+
+/// Lanes of `v >= t` as all-ones 32-bit words (an ordered comparison), for
+/// `Avx2EvenOdd::ge_mask_2`. A function, not a closure, as [`quarters_in_order`].
+#[inline(always)]
+unsafe fn ge_words(v: __m256, t: __m256) -> __m256i {
+    _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(v, t))
 }
 
 /// Store 16 bf16 values given the even ones' bits in the high halves of `e`'s 32-bit lanes and
@@ -261,9 +275,8 @@ impl F32x16 for Avx2EvenOdd {
     fn ge_mask_2(a: Self, b: Self, t: Self) -> u32 {
         // SAFETY: as in `select_first`.
         unsafe {
-            let ge = |v: __m256, t: __m256| _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(v, t));
-            let p = _mm256_packs_epi32(ge(a.even(), t.even()), ge(a.odd(), t.odd()));
-            let q = _mm256_packs_epi32(ge(b.even(), t.even()), ge(b.odd(), t.odd()));
+            let p = _mm256_packs_epi32(ge_words(a.even(), t.even()), ge_words(a.odd(), t.odd()));
+            let q = _mm256_packs_epi32(ge_words(b.even(), t.even()), ge_words(b.odd(), t.odd()));
             let interleave = _mm256_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15, 0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
             let bytes = _mm256_shuffle_epi8(_mm256_packs_epi16(p, q), interleave);
             _mm256_movemask_epi8(_mm256_permute4x64_epi64::<0b11_01_10_00>(bytes)) as u32

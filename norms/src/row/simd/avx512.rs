@@ -183,6 +183,17 @@ impl<const BF16: bool> F32x16 for Avx512Regs<BF16> {
         unsafe { Avx512Regs(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(self.0), _mm512_set1_epi32(0x7FFF_FFFF)))) }
     }
     #[inline(always)]
+    fn sign(self) -> Self {
+        // SAFETY: as in `add`. Ordered comparisons: a NaN lane is neither, so 0.
+        unsafe {
+            let zero = _mm512_setzero_ps();
+            let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(self.0, zero);
+            let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(self.0, zero);
+            let s = _mm512_mask_blend_ps(neg, zero, _mm512_set1_ps(-1.0));
+            Avx512Regs(_mm512_mask_blend_ps(pos, s, _mm512_set1_ps(1.0)))
+        }
+    }
+    #[inline(always)]
     fn max_gt(a: Self, m: Self) -> Self {
         // SAFETY: as in `add`. vmaxps returns its second operand unless the first is greater.
         unsafe { Avx512Regs(_mm512_max_ps(a.0, m.0)) }

@@ -109,6 +109,16 @@ pub(crate) trait F32x16: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Ou
     }
     /// `|v|` (clears the sign bit).
     fn abs(self) -> Self;
+    /// `1`, `-1` or `0` lane-wise as the value is above, below or neither (zero, NaN): the
+    /// scalar `sign` of the generic row backward, whose L1 and Top-k gradients use sign(0) = 0.
+    /// Through memory here; one or two instructions per register in the layouts the fused
+    /// backward runs (`fused_backward`).
+    #[inline(always)]
+    fn sign(self) -> Self {
+        let a = self.to_array().map(|v| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { 0.0 });
+        // SAFETY: a value of this type exists only where its instruction set was detected.
+        unsafe { Self::load_f32(a.as_ptr()) }
+    }
     /// `if a > m { a } else { m }` lane-wise: the step of `lanes::max_map` (a NaN in `a` is
     /// skipped, exactly as there).
     fn max_gt(a: Self, m: Self) -> Self;

@@ -40,14 +40,35 @@ unsafe fn stage(v: __m512i, partner: __m512i, mask: u16) -> __m512i {
     _mm512_mask_max_epi32(_mm512_min_epi32(v, partner), mask, v, partner)
 }
 
+/// Lane i takes lane i ^ 1 (functions, not closures: a closure left out of line loses the
+/// caller's target features and its intrinsics become calls, `.ci/intrinsics-inlined.py`).
+#[inline(always)]
+unsafe fn x1(v: __m512i) -> __m512i {
+    _mm512_shuffle_epi32::<0b10_11_00_01>(v)
+}
+
+/// Lane i takes lane i ^ 2 (within 128 bits).
+#[inline(always)]
+unsafe fn x2(v: __m512i) -> __m512i {
+    _mm512_shuffle_epi32::<0b01_00_11_10>(v)
+}
+
+/// Lane i takes lane i ^ 4 (128-bit quarters).
+#[inline(always)]
+unsafe fn x4(v: __m512i) -> __m512i {
+    _mm512_shuffle_i32x4::<0b10_11_00_01>(v, v)
+}
+
+/// Lane i takes lane i ^ 8.
+#[inline(always)]
+unsafe fn x8(v: __m512i) -> __m512i {
+    _mm512_shuffle_i32x4::<0b01_00_11_10>(v, v)
+}
+
 /// The 16 keys of `v` in descending order, the largest in lane 0.
 #[inline(always)]
 pub(super) unsafe fn sort16_desc(mut v: __m512i) -> __m512i {
     // Lane i takes lane i ^ 1, i ^ 2 (within 128 bits), i ^ 4, i ^ 8 (128-bit quarters).
-    let x1 = |v: __m512i| _mm512_shuffle_epi32::<0b10_11_00_01>(v);
-    let x2 = |v: __m512i| _mm512_shuffle_epi32::<0b01_00_11_10>(v);
-    let x4 = |v: __m512i| _mm512_shuffle_i32x4::<0b10_11_00_01>(v, v);
-    let x8 = |v: __m512i| _mm512_shuffle_i32x4::<0b01_00_11_10>(v, v);
     v = stage(v, x1(v), keeps_larger(2, 1));
     v = stage(v, x2(v), keeps_larger(4, 2));
     v = stage(v, x1(v), keeps_larger(4, 1));
