@@ -32,26 +32,22 @@ fn run<T: Element>(kinds: &[&str], rows: usize, n: usize, reps: usize) {
             row::forward(&spec, Accum::F32, &x, n, Some(&w), bias, &mut y, Some(&mut st)).expect("forward");
             t.push(t0.elapsed().as_secs_f64());
         }
-        let (min, med) = common::min_median(&mut t);
-        let per_row = |s: f64| s * 1e6 / rows as f64;
-        print!("{name} {:.3}/{:.3} ", per_row(min), per_row(med));
+        common::print_per_row(name, rows, &mut t);
     }
     println!("(us per {} row of {n}, min/median)", T::DTYPE);
 }
 
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
-    if a.len() < 6 {
-        eprintln!("usage: forward_wall DTYPE ROWS N REPS KINDS");
-        std::process::exit(2);
-    }
-    let (rows, n, reps): (usize, usize, usize) = (a[2].parse().expect("ROWS"), a[3].parse().expect("N"), a[4].parse().expect("REPS"));
-    let kinds: Vec<&str> = a[5].split(',').collect();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool");
-    pool.install(|| match a[1].as_str() {
+    let a = common::wall_args("forward_wall");
+    let kinds: Vec<&str> = a.kinds.iter().map(String::as_str).collect();
+    let (rows, n, reps) = (a.rows, a.n, a.reps);
+    common::one_thread(|| match a.dtype.as_str() {
         "f32" => run::<f32>(&kinds, rows, n, reps),
         "f16" => run::<f16>(&kinds, rows, n, reps),
         "bf16" => run::<bf16>(&kinds, rows, n, reps),
-        other => panic!("unknown dtype {other}"),
+        other => {
+            eprintln!("forward_wall: unknown DTYPE {other:?} (f32, f16, bf16)");
+            std::process::exit(2)
+        }
     });
 }

@@ -1,5 +1,5 @@
-//! What the forward examples share: their input generator, the kind names they parse and the
-//! summary of their timings.
+//! What the forward and backward examples share: their input generator, the kind names they
+//! parse, the arguments of the `*_wall` examples and the summary of their timings.
 //! (Each example uses part of it.)
 #![allow(dead_code)]
 
@@ -48,4 +48,42 @@ pub fn kind(name: &str, k: usize) -> NormKind {
 pub fn min_median(t: &mut [f64]) -> (f64, f64) {
     t.sort_by(f64::total_cmp);
     (t[0], t[t.len() / 2])
+}
+
+/// The arguments of the `*_wall` examples: `DTYPE ROWS N REPS KINDS` (kinds comma-separated).
+pub struct WallArgs {
+    pub dtype: String,
+    pub rows: usize,
+    pub n: usize,
+    pub reps: usize,
+    pub kinds: Vec<String>,
+}
+
+/// The `*_wall` arguments of this process; a usage line naming `example` and exit status 2
+/// when some are missing, a message naming the bad value when one does not parse.
+pub fn wall_args(example: &str) -> WallArgs {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() < 6 {
+        eprintln!("usage: {example} DTYPE ROWS N REPS KINDS");
+        std::process::exit(2);
+    }
+    let count = |i: usize, what: &str| -> usize {
+        a[i].parse().unwrap_or_else(|e| {
+            eprintln!("{example}: {what} {:?}: {e}", a[i]);
+            std::process::exit(2)
+        })
+    };
+    WallArgs { dtype: a[1].clone(), rows: count(2, "ROWS"), n: count(3, "N"), reps: count(4, "REPS"), kinds: a[5].split(',').map(str::to_owned).collect() }
+}
+
+/// `f` in a one-thread rayon pool, so that no call waits for another thread to wake.
+pub fn one_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a one-thread pool").install(f)
+}
+
+/// Prints one kind's minimum and median time per row (us) from its timings (seconds per call),
+/// which it sorts.
+pub fn print_per_row(name: &str, rows: usize, t: &mut [f64]) {
+    let (min, med) = min_median(t);
+    print!("{name} {:.3}/{:.3} ", min * 1e6 / rows as f64, med * 1e6 / rows as f64);
 }

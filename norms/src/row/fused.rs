@@ -279,9 +279,10 @@ unsafe fn rows<V: F32x16, S: Storage>(
     if matches!(ctx.kind, NormKind::TopK { .. }) && !V::AVX512 && !ctx.stream_output && pipelines_top_k() {
         return pipelined_rows::<V, S>(ctx, xc, yc, sc, w, b, scr, affine_max);
     }
-    // The sum of the row's values (`hi` before the division by n), when the row before
-    // computed it ([`fold_with_next`]).
-    let mut sum_ahead = None;
+    // What the rows before computed of the row: its sum (`hi` before the division by n), and
+    // L1's ([`Known`]).
+    let mut known = Known::default();
+    let l1_centred = ctx.centred && ctx.kind == NormKind::L1;
     let prefetch = super::PREFETCH_AHEAD.load(std::sync::atomic::Ordering::Relaxed);
     let early = super::EARLY_LINES.load(std::sync::atomic::Ordering::Relaxed);
     let saved = super::SAVED_CENTRED.load(std::sync::atomic::Ordering::Relaxed);
@@ -291,10 +292,10 @@ unsafe fn rows<V: F32x16, S: Storage>(
     let staged_ctx = RowCtx { stream_output: false, ..*ctx };
     for (r, ((yr, xr), st)) in yc.chunks_mut(n).zip(xc.chunks(n)).zip(sc.iter_mut()).enumerate() {
         // The row the next read from memory will be of: the next row, or for centred kinds
-        // the one after (a centred row's first pass sums the next row too). The store pass
-        // prefetches it (`store_groups`); past the task's last rows it prefetches this row,
-        // which is in cache.
-        let ahead_row = if ctx.centred { r + 2 } else { r + 1 };
+        // the one after (a centred row's first pass sums the next row too), or for centred L1
+        // the one after that (`l1_pass_ahead`). The store pass prefetches it
+        // (`store_groups`); past the task's last rows it prefetches this row, which is in cache.
+        let ahead_row = if l1_centred { r + 3 } else if ctx.centred { r + 2 } else { r + 1 };
         let ahead = match xc.get(ahead_row * n..(ahead_row + 1) * n) {
             Some(a) if prefetch => a.as_ptr() as *const u8,
             _ => xr.as_ptr() as *const u8,
@@ -303,6 +304,7 @@ unsafe fn rows<V: F32x16, S: Storage>(
         let head = if ctx.stream_output && n >= W && !staged { stream_head(yr.as_ptr()) } else { 0 };
         let affine = scr.lanes.affine::<V>(w, b, head);
         let next = if ctx.centred { xc.get((r + 1) * n..(r + 2) * n) } else { None };
+        let after = if l1_centred { xc.get((r + 2) * n..(r + 3) * n) } else { None };
         let lines = EarlyLines::new(ctx, yr, ahead, early);
         // One call of `row` whichever the destination (a second would inline it twice).
         let (row_ctx, out): (&RowCtx<f32>, &mut [S]) = if staged { (&staged_ctx, staging.row_for(yr)) } else { (ctx, &mut *yr) };
@@ -310,11 +312,11 @@ unsafe fn rows<V: F32x16, S: Storage>(
         // (`top_k_lane_maxima`), where that pays (`Storage::SAVES_CENTRED`, measured on AVX2
         // only); not for streamed rows, whose groups start `head` values in.
         let t_row = if S::SAVES_CENTRED && !V::AVX512 && saved && !row_ctx.stream_output { Some(&mut scr.c[..n]) } else { None };
-        let (done, next_sum) = row::<V, S>(row_ctx, xr, out, &affine, affine_max, (&mut scr.a, &mut scr.b, t_row), sum_ahead.take(), next, lines);
+        let (done, next_known) = row::<V, S>(row_ctx, xr, out, &affine, affine_max, (&mut scr.a, &mut scr.b, t_row), known, (next, after), lines);
         if staged && done.is_some() {
             staged::write_out(staging.row_for(yr), yr);
         }
-        sum_ahead = next_sum;
+        known = next_known;
         match done {
             Some((stats, bad)) => {
                 *st = stats;
@@ -375,6 +377,13 @@ thread_local! {
     /// Top-k rows whose mean this thread took in registers ([`in_registers`]): the tests
     /// check that Gaussian rows of whole blocks do, on AVX-512.
     static IN_REGISTERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(feature = "test-hooks")]
+thread_local! {
+    /// Centred L1 rows whose statistics pass this thread ran with the next rows' sums
+    /// ([`l1_pass_ahead`]): the tests check that rows in the middle of a task do.
+    pub(crate) static L1_AHEAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(feature = "test-hooks")]
@@ -471,15 +480,17 @@ unsafe fn max_abs<V: F32x16>(v: &[f32]) -> f64 {
 /// One row: statistics, then the normalized output with the number of non-finite values in
 /// it; `None` (nothing written) when the statistics need the generic kernel's rescue.
 /// `affine_max`: the largest `|w_j|` (1 without a weight) and `|b_j|` (0 without a bias).
-/// `sum`: the sum of the row's values if already known (centred rows); `next`: the next row of
-/// the task, whose sum is then computed along (returned second: [`fold_with_next`]), by the
-/// statistics pass, or by the store pass where it reads the row's saved centred values
+/// `known`: what the rows before computed of this row (centred rows: [`Known`]); `next`: the
+/// next row of the task, whose sum is then computed along (returned second, with what else
+/// was computed of the next row: [`fold_with_next`]), by the statistics pass, or by the store
+/// pass where it reads the row's saved centred values
 /// ([`store_groups`], `NEXT`): that pass had ports to spare, the statistics pass had not
 /// (bf16 Top-k 4096x1024, in-process A/B with temporary switches, time before over time
 /// after, 300 runs a side, two threads: 1.009-1.015 in five runs; one thread 1.047). `lines`:
 /// the row ahead (prefetched by the store pass) and what this row asks for early.
 /// `(abs, marks, t_row)`: Top-k's candidates and marks, and room for the row's centred values
-/// (as long as the row, or none: [`top_k_lane_maxima`]).
+/// (as long as the row, or none: [`top_k_lane_maxima`]). `after`: the row after `next`
+/// (centred L1: [`l1_pass_ahead`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn row<V: F32x16, S: Storage>(
@@ -489,18 +500,28 @@ unsafe fn row<V: F32x16, S: Storage>(
     affine: &RowAffine,
     affine_max: (f64, f64),
     (abs, marks, t_row): (&mut [f32], &mut [f32], Option<&mut [f32]>),
-    sum: Option<f32>,
-    next: Option<&[S]>,
+    known: Known,
+    (next, after): (Option<&[S]>, Option<&[S]>),
     lines: EarlyLines,
-) -> (Option<(RowStats, u64)>, Option<f32>) {
-    let (done, next_sum) = row_statistics::<V, S>(ctx, x, affine_max, (abs, marks, t_row), sum, next, lines);
+) -> (Option<(RowStats, u64)>, Known) {
+    let (done, next_known) = row_statistics::<V, S>(ctx, x, affine_max, (abs, marks, t_row), known, (next, after), lines);
     let Some(done) = done else {
-        return (None, next_sum);
+        return (None, next_known);
     };
     // A row stored from its saved centred values sums the next row in its store pass.
     let sum_next = if done.saved.is_some() { next } else { None };
     let (bad, stored_sum) = normalize_store::<V, S>(ctx, x, y, &done.raw, affine, done.check, lines.ahead, done.saved, sum_next);
-    (Some((done.raw.widen(0), bad)), next_sum.or(stored_sum))
+    (Some((done.raw.widen(0), bad)), Known { sum: next_known.sum.or(stored_sum), ..next_known })
+}
+
+/// What the rows before computed of a centred row: its sum ([`fold_with_next`]) and, for L1,
+/// its lo sum and the next row's sum ([`l1_pass_ahead`]); each `None` where not computed
+/// (the first row of a task, other kinds). A row's [`raw_stats`] returns those of the next.
+#[derive(Clone, Copy, Debug, Default)]
+struct Known {
+    sum: Option<f32>,
+    lo_sum: Option<f32>,
+    next_sum: Option<f32>,
 }
 
 /// A row between its statistics and its store pass: what [`normalize_store`] needs of it.
@@ -513,7 +534,7 @@ struct StatsDone<'t> {
 }
 
 /// The first half of [`row`]: the statistics, or `None` when they need the generic kernel's
-/// rescue; second, the next row's sum where this row's pass computed it.
+/// rescue; second, what this row's pass computed of the next row.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn row_statistics<'t, V: F32x16, S: Storage>(
@@ -521,19 +542,19 @@ unsafe fn row_statistics<'t, V: F32x16, S: Storage>(
     x: &[S],
     affine_max: (f64, f64),
     scratch: (&mut [f32], &mut [f32], Option<&'t mut [f32]>),
-    sum: Option<f32>,
-    next: Option<&[S]>,
+    known: Known,
+    (next, after): (Option<&[S]>, Option<&[S]>),
     lines: EarlyLines,
-) -> (Option<StatsDone<'t>>, Option<f32>) {
+) -> (Option<StatsDone<'t>>, Known) {
     if EarlyLines::applies_to::<S>() && matches!(ctx.kind, NormKind::Rms | NormKind::UnitL2) {
         lines.output();
     }
-    let (raw, z_max, next_sum, saved) = raw_stats::<V, S>(ctx, x, scratch, sum, next, lines);
+    let (raw, z_max, next_known, saved) = raw_stats::<V, S>(ctx, x, scratch, known, next, after, lines);
     if needs_rescue(ctx, &raw) {
-        return (None, next_sum);
+        return (None, next_known);
     }
     let check = !outputs_surely_finite::<S>(z_max, raw.s, affine_max);
-    (Some(StatsDone { raw, check, saved }), next_sum)
+    (Some(StatsDone { raw, check, saved }), next_known)
 }
 
 /// Top-k's rows of a task written through the caches, each row's store pass run after the
@@ -596,7 +617,7 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
     let row_of = |r: usize| xc.get(r * n..(r + 1) * n);
     // The row whose store pass is pending.
     let mut pending: Option<(usize, StatsDone)> = None;
-    let mut sum_ahead = None;
+    let mut known = Known::default();
     // One iteration past the last row, for its store pass: hence the index.
     #[allow(clippy::needless_range_loop)]
     for r in 0..=rows {
@@ -607,23 +628,23 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
         let ahead = row_of(ahead_row).filter(|_| prefetch).map(|a| a.as_ptr() as *const u8);
         let next = if ctx.centred { row_of(r + 1) } else { None };
         let this = row_of(r);
-        let (done, mut next_sum) = match this {
+        let (done, mut next_known) = match this {
             Some(xr) => {
                 let lines = EarlyLines::new(ctx, std::slice::from_raw_parts(yp.add(r * n), n), ahead.unwrap_or(xr.as_ptr() as *const u8), early);
                 let t_row = if saves { Some(std::slice::from_raw_parts_mut(tp.add(r % 2 * n), n)) } else { None };
-                row_statistics::<V, S>(ctx, xr, affine_max, (&mut scr.a, &mut scr.b, t_row), sum_ahead.take(), next, lines)
+                row_statistics::<V, S>(ctx, xr, affine_max, (&mut scr.a, &mut scr.b, t_row), known, (next, None), lines)
             }
-            None => (None, None),
+            None => (None, Known::default()),
         };
         if let Some((p, prev)) = pending.take() {
             let (xr, yr) = (&xc[p * n..(p + 1) * n], std::slice::from_raw_parts_mut(yp.add(p * n), n));
             let ahead = ahead.unwrap_or(xr.as_ptr() as *const u8);
             // Row r + 1's sum, if row r's pass left it to a store pass.
-            let sum_next = if next_sum.is_none() && prev.saved.is_some() { next } else { None };
+            let sum_next = if next_known.sum.is_none() && prev.saved.is_some() { next } else { None };
             let affine = scr.lanes.affine::<V>(w, b, 0);
             let (bad, stored_sum) = normalize_store::<V, S>(ctx, xr, yr, &prev.raw, &affine, prev.check, ahead, prev.saved, sum_next);
             c.nonfinite_out += bad;
-            next_sum = next_sum.or(stored_sum);
+            next_known.sum = next_known.sum.or(stored_sum);
         }
         if let Some(xr) = this {
             match done {
@@ -639,7 +660,7 @@ unsafe fn pipelined_rows<V: F32x16, S: Storage>(
                 }
             }
         }
-        sum_ahead = next_sum;
+        known = next_known;
     }
     c
 }
@@ -771,25 +792,29 @@ const ABS_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
 /// (`z` the centred value the output is made of; meaningful when the statistics are finite),
 /// from the statistics at hand: the root of the sum of squares, the sum or the maximum of `|z|`.
 ///
-/// Centred, `hi` is the sum of the values (`row_sum` when the caller has it) over n, and the
-/// pass that sums `x - hi` also sums `next` when given (the next row: [`fold_with_next`]),
-/// returned third. Fourth: the row's centred values `x - hi` where they were saved to `t_row`
-/// (centred Top-k: [`top_k_lane_maxima`]), for the store pass.
+/// Centred, `hi` is the sum of the values (`known.sum` when the rows before computed it) over
+/// n, and the pass that sums `x - hi` also sums `next` when given (the next row:
+/// [`fold_with_next`]); returned third, what was computed of the next row ([`Known`]; L1
+/// also sums `after`, the row after next: [`l1_pass_ahead`]). Fourth: the row's centred
+/// values `x - hi` where they were saved to `t_row` (centred Top-k: [`top_k_lane_maxima`]),
+/// for the store pass.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
     ctx: &RowCtx<f32>,
     x: &[S],
     (abs, marks, t_row): (&mut [f32], &mut [f32], Option<&'t mut [f32]>),
-    row_sum: Option<f32>,
+    known: Known,
     next: Option<&[S]>,
+    after: Option<&[S]>,
     lines: EarlyLines,
-) -> (Raw<f32>, f64, Option<f32>, Option<&'t [f32]>) {
+) -> (Raw<f32>, f64, Known, Option<&'t [f32]>) {
     let eps = ctx.eps as f32;
     let inv_n = ctx.inv_n;
     let n = x.len();
     // A `match`, not `unwrap_or_else`: see `top_k_lane_maxima`.
     let hi = if ctx.centred {
-        let row_sum = match row_sum {
+        let row_sum = match known.sum {
             Some(s) => s,
             None => sum::<V, S>(x, #[inline(always)] |v| v),
         };
@@ -798,6 +823,7 @@ unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
         0.0
     };
     let mut next_sum = None;
+    let mut next_known = Known::default();
     let mut saved = None;
     let (raw, z_max) = match ctx.kind {
         NormKind::Rms | NormKind::UnitL2 => {
@@ -836,6 +862,30 @@ unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
             };
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), stat as f64)
         }
+        NormKind::L1 if ctx.centred => {
+            let h = V::splat(hi);
+            // The lo sum: from the row before's pass, or from a pass of its own, which also
+            // sums the next row.
+            let (d, sum_of_next) = match known.lo_sum.filter(|_| known.sum.is_some()) {
+                Some(d) => (d, known.next_sum),
+                None => {
+                    let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], #[inline(always)] |v, [d]| [d + (v - h)], next);
+                    (d.combine(), ahead)
+                }
+            };
+            let lo = d * inv_n;
+            let l = V::splat(lo);
+            let r = match (next, sum_of_next) {
+                (Some(nx), Some(ns)) => {
+                    let (r, next_lo_sum, sum_after) = l1_pass_ahead::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs(), nx, ns * inv_n, after);
+                    next_known = Known { sum: None, lo_sum: Some(next_lo_sum), next_sum: sum_after };
+                    r
+                }
+                _ => sum::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs()),
+            };
+            next_sum = sum_of_next;
+            (stats::finish_scaled(ctx, hi, lo, r * inv_n, r, eps), r as f64 * sum_slack(n) + ABS_SLACK)
+        }
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
             let lo = if ctx.centred {
                 let h = V::splat(hi);
@@ -857,7 +907,7 @@ unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
             (stats::finish_scaled(ctx, hi, lo, stat, check, eps), z_max)
         }
     };
-    (raw, z_max, next_sum, saved)
+    (raw, z_max, Known { sum: next_sum, ..next_known }, saved)
 }
 
 /// `(statistic, check)` of L1, L-inf or Top-k from `|z| = z_abs(v)`: the mean, the maximum or
@@ -1414,6 +1464,46 @@ unsafe fn fold_with_next<V: F32x16, S: Storage, const K: usize>(
         s = plus_tail::<V, S>(s, &nx[full..]);
     }
     (acc, Some(s.combine()))
+}
+
+/// L1's pass over a centred row, `(sum of |z|, lo sum of next, sum of after)`, with two
+/// more chains along: the next row's lo sum (its `x - hi_next`, as the lo pass of
+/// [`raw_stats`] computes it) and, when `after` (the row after next) is given, the sum of that
+/// row (as [`sum`]; `None` otherwise).
+///
+/// Why: a centred L1 row needs three sums, each from the one before: the sum of `x` (for
+/// `hi`), of `x - hi` (for `lo`), and of `|(x - hi) - lo|`. Each is a chain of one dependent
+/// add per 16 values, so a row of 1024 took two such chains even with its sum computed by the
+/// row before ([`fold_with_next`]), twice the latency of LayerNorm's or L-inf's one pass. Here
+/// the chains of three rows run side by side, and a row in the middle of a task makes one
+/// pass for its statistics. Same values, lanes and order in every chain: the same bits.
+#[inline(always)]
+unsafe fn l1_pass_ahead<V: F32x16, S: Storage>(x: &[S], z_abs: impl Fn(V) -> V, next: &[S], hi_next: f32, after: Option<&[S]>) -> (f32, f32, Option<f32>) {
+    let n = x.len();
+    assert!(next.len() == n && after.is_none_or(|a| a.len() == n), "rows of another length");
+    #[cfg(feature = "test-hooks")]
+    L1_AHEAD.with(|q| q.set(q.get() + 1));
+    let full = n - n % W;
+    // Without a row after next, the third chain sums this row again (and is not returned).
+    let third = after.unwrap_or(x);
+    let (p, q, a) = (x.as_ptr(), next.as_ptr(), third.as_ptr());
+    let hn = V::splat(hi_next);
+    let (mut r, mut d, mut s) = (V::splat(0.0), V::splat(0.0), V::splat(0.0));
+    each_group!(full, |i| {
+        r = r + z_abs(S::load(p.add(i)));
+        d = d + (S::load::<V>(q.add(i)) - hn);
+        s = s + S::load::<V>(a.add(i));
+    });
+    if full < n {
+        let tail = n - full;
+        r = V::select_first(tail, r + z_abs(load_partial::<V, S>(&x[full..])), r);
+        d = V::select_first(tail, d + (load_partial::<V, S>(&next[full..]) - hn), d);
+        s = plus_tail::<V, S>(s, &third[full..]);
+    }
+    // Not `Option::map`: a closure around the combine's intrinsics may be left out of line
+    // (`.ci/intrinsics-inlined.py` found one in an incremental build).
+    let sum_after = if after.is_some() { Some(s.combine()) } else { None };
+    (r.combine(), d.combine(), sum_after)
 }
 
 /// `s` plus the row's last, partial group `tail` (fewer than 16 values) in its first lanes,

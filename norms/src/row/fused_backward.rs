@@ -38,7 +38,7 @@
 //! sends every row there ([`level_for`]). `fused_backward::tests` compares both paths bit for bit.
 
 use super::fused::{cast, cast_mut, same, Level};
-use super::kernel::Scratch;
+use super::kernel::{sign, Scratch};
 use super::simd::{load_partial, store_partial, F32x16, Storage, W};
 use super::stats::{RowCtx, RowStats};
 use crate::accum::Real;
@@ -145,15 +145,8 @@ fn rows_at<S: Storage>(level: Level, block: Block<S>, scr: &mut Scratch<f32>, ma
 
 /// Every row of `block` by the generic kernel (a level without explicit SIMD).
 fn generic_rows<S: Storage>(block: Block<S>, scr: &mut Scratch<f32>, mask: &mut [bool]) -> Counters {
-    let Block { ctx, x, dy, dx, stats, w, mut dw, mut db } = block;
-    let n = scr.a.len();
-    let mut c = Counters::default();
-    for (r, st) in stats.iter().enumerate() {
-        let span = r * n..(r + 1) * n;
-        c.nonfinite_out +=
-            super::backward_row::<S, f32>(ctx, &x[span.clone()], &dy[span.clone()], &mut dx[span], st, w, dw.as_deref_mut(), db.as_deref_mut(), scr, mask);
-    }
-    c
+    let Block { ctx, x, dy, dx, stats, w, dw, db } = block;
+    super::backward_rows::<S, f32>(ctx, x, dy, dx, stats, w, dw, db, scr, mask)
 }
 
 #[cfg(feature = "test-hooks")]
@@ -183,19 +176,6 @@ unsafe fn rows<V: F32x16, S: Storage>(block: Block<S>, scr: &mut Scratch<f32>, m
         };
     }
     c
-}
-
-/// The scalar `sign` of the generic kernel (sign(0) = sign(NaN) = 0), for the few selected
-/// values of L-inf and Top-k.
-#[inline(always)]
-fn sign(v: f32) -> f32 {
-    if v > 0.0 {
-        1.0
-    } else if v < 0.0 {
-        -1.0
-    } else {
-        0.0
-    }
 }
 
 /// Whether some lane of `bits` ([`F32x16::max_abs_bits`]) exceeds `max` (the bits of the

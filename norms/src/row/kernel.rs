@@ -174,7 +174,7 @@ pub(crate) fn normalize_to<A: Real>(ctx: &RowCtx<A>, src: &[A], dst: &mut [A], s
 }
 
 #[inline(always)]
-fn sign<A: Real>(v: A) -> A {
+pub(super) fn sign<A: Real>(v: A) -> A {
     if v > A::zero() {
         A::one()
     } else if v < A::zero() {

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{bound_before_difference, rows_at, EarlyLines, Level, FROM_SAVED, IN_REGISTERS, PIPELINED_TASKS, RESCUED, UNPIPELINED, UNSTAGED};
+use super::{bound_before_difference, rows_at, EarlyLines, Level, FROM_SAVED, IN_REGISTERS, L1_AHEAD, PIPELINED_TASKS, RESCUED, UNPIPELINED, UNSTAGED};
 use crate::element::Element;
 use crate::row::kernel::Scratch;
 use crate::row::simd::Storage;
@@ -15,7 +15,7 @@ use crate::row::stats::{RowCtx, RowStats};
 use crate::spec::{ConstMode, NormKind, NormSpec};
 
 /// The levels to test: those this CPU runs (the generic kernel is the reference).
-fn levels() -> Vec<Level> {
+pub(crate) fn levels() -> Vec<Level> {
     let mut v = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
@@ -35,24 +35,21 @@ fn levels() -> Vec<Level> {
     v
 }
 
-struct Rng(u64);
+/// The test data's random numbers (also `fused_backward`'s tests): SplitMix64 from a seed.
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    pub(crate) fn next(&mut self) -> u64 {
+        crate::nu::rng::splitmix64(&mut self.0)
     }
-    fn uniform(&mut self) -> f64 {
+    pub(crate) fn uniform(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
-    fn normal(&mut self) -> f64 {
+    pub(crate) fn normal(&mut self) -> f64 {
         let (u1, u2) = (1.0 - self.uniform(), self.uniform());
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }
@@ -606,4 +603,47 @@ fn pipelined_top_k_rows_equal_rows_one_by_one() {
     }
 }
 
-pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![fused_equals_generic_on_every_length, fused_equals_generic_with_extreme_affine, fused_rounds_subnormal_outputs_like_generic, fused_hands_rescued_rows_to_the_generic_kernel, fused_counts_overflowing_outputs_like_generic, ordinary_rows_are_not_rescued, top_k_rows_of_whole_blocks_select_without_branches, fused_equals_generic_on_long_top_k_rows, fused_equals_generic_on_offset_top_k_rows, top_k_bound_before_difference_keeps_every_candidate, early_lines_only_for_four_byte_rows_within_the_row, bf16_top_k_stores_from_saved_centred_values, pipelined_top_k_rows_equal_rows_one_by_one];
+/// Centred L1 rows run their statistics in one pass where the rows before computed their sum
+/// and lo sum (`l1_pass_ahead`): every row of a task but its last, at every level, in every
+/// storage type, with the generic kernel's bits (`compare_spec`; also through a rescued row in
+/// the middle of the task, whose neighbours keep the pipeline). A pipeline that quietly never
+/// ran would give the same bits, so only this count shows that it does. Uncentred L1 never
+/// takes it.
+fn centred_l1_rows_take_one_pass() {
+    for n in [1usize, 17, 64, 1000, 1024] {
+        let rows = 9;
+        let mut rng = Rng(300 + n as u64);
+        let gauss: Vec<f64> = (0..rows * n).map(|_| rng.normal()).collect();
+        let mut nan_row = gauss.clone();
+        nan_row[4 * n + n / 2] = f64::NAN;
+        for (label, x, expected_rescues) in [("gaussian", &gauss, 0), ("a NaN in row 4", &nan_row, 1)] {
+            for centred in [true, false] {
+                let spec = NormSpec { kind: NormKind::L1, centred, eps: 1e-5, constant: ConstMode::Exact };
+                let ctx = crate::row::ctx::<f32>(&spec, n).unwrap();
+                fn run<S: Storage>(level: Level, ctx: &RowCtx<f32>, x: &[f64], n: usize) -> (usize, usize) {
+                    let x: Vec<S> = x.iter().map(|&v| S::from_f64(v)).collect();
+                    let mut y = vec![S::default(); x.len()];
+                    let mut st = vec![RowStats::default(); x.len() / n];
+                    let (a0, r0) = (L1_AHEAD.with(|q| q.get()), RESCUED.with(|q| q.get()));
+                    rows_at::<S>(level, ctx, &x, &mut y, &mut st, None, None, &mut Scratch::<f32>::new(n));
+                    (L1_AHEAD.with(|q| q.get()) - a0, RESCUED.with(|q| q.get()) - r0)
+                }
+                for level in levels() {
+                    for (dtype, (ahead, rescued)) in
+                        [("f32", run::<f32>(level, &ctx, x, n)), ("f16", run::<f16>(level, &ctx, x, n)), ("bf16", run::<bf16>(level, &ctx, x, n))]
+                    {
+                        let what = format!("{level:?} {dtype} n={n} {label} centred={centred}");
+                        assert_eq!(rescued, expected_rescues, "{what}: rows rescued");
+                        assert_eq!(ahead, if centred { rows - 1 } else { 0 }, "{what}: rows whose pass ran with the next rows' sums");
+                    }
+                }
+                let xs: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+                let xh: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+                compare_spec::<f32>(&spec, &xs, n, &vec![1.5; n], &vec![0.25; n], label);
+                compare_spec::<bf16>(&spec, &xh, n, &vec![1.5; n], &vec![0.25; n], label);
+            }
+        }
+    }
+}
+
+pub(crate) const TESTS: &[crate::unit_tests::UnitTest] = crate::unit_tests::register![fused_equals_generic_on_every_length, fused_equals_generic_with_extreme_affine, fused_rounds_subnormal_outputs_like_generic, fused_hands_rescued_rows_to_the_generic_kernel, fused_counts_overflowing_outputs_like_generic, ordinary_rows_are_not_rescued, top_k_rows_of_whole_blocks_select_without_branches, fused_equals_generic_on_long_top_k_rows, fused_equals_generic_on_offset_top_k_rows, top_k_bound_before_difference_keeps_every_candidate, early_lines_only_for_four_byte_rows_within_the_row, bf16_top_k_stores_from_saved_centred_values, pipelined_top_k_rows_equal_rows_one_by_one, centred_l1_rows_take_one_pass];

@@ -9,50 +9,17 @@ use half::{bf16, f16};
 
 use super::{rows_at, Block, FUSED_ROWS};
 use crate::element::Element;
+use crate::row::fused::tests::{self as fused_tests, Rng};
 use crate::row::fused::Level;
 use crate::row::kernel::Scratch;
 use crate::row::simd::{F32x16, Storage};
 use crate::row::stats::RowStats;
 use crate::spec::{ConstMode, NormKind, NormSpec};
 
-/// The levels to test: those this CPU runs (the generic kernel is the reference).
+/// The forward's test levels (those this CPU runs) but `Level::Avx512Bf16`, whose backward is
+/// `Level::Avx512`'s code ([`rows_at`]).
 fn levels() -> Vec<Level> {
-    let mut v = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::row::has_avx2() {
-            v.push(Level::Avx2);
-            if is_x86_feature_detected!("avx512f") {
-                v.push(Level::Avx512);
-            }
-        }
-    }
-    if v.is_empty() {
-        eprintln!("no explicit-SIMD level on this CPU: the fused backward never runs here");
-    }
-    v
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (1.0 - self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+    fused_tests::levels().into_iter().filter(|&l| l != Level::Avx512Bf16).collect()
 }
 
 /// Row `r` of `x` (even rows of a case are Gaussian, so that most rows take the fused path).
