@@ -822,13 +822,14 @@ unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
     } else {
         0.0
     };
-    let mut next_sum = None;
-    let mut next_known = Known::default();
+    // What this row's passes computed of the next: the next row's sum where a pass summed it
+    // along ([`fold_with_next`]).
+    let summed = |sum: Option<f32>| Known { sum, ..Known::default() };
     let mut saved = None;
-    let (raw, z_max) = match ctx.kind {
+    let (raw, z_max, next_known) = match ctx.kind {
         NormKind::Rms | NormKind::UnitL2 => {
             let q = sum::<V, S>(x, #[inline(always)] |v| v * v);
-            (stats::finish_l2(ctx, hi, q, eps), (q as f64 * sum_slack(n)).sqrt() + ABS_SLACK)
+            (stats::finish_l2(ctx, hi, q, eps), (q as f64 * sum_slack(n)).sqrt() + ABS_SLACK, Known::default())
         }
         NormKind::Layer => {
             let h = V::splat(hi);
@@ -837,21 +838,18 @@ unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
                 let t = v - h;
                 [d + t, q + t * t]
             }, next);
-            next_sum = ahead;
             let raw = stats::finish_layer(ctx, hi, d.combine(), q.combine(), eps);
             // |t| <= sqrt(sum t^2) for t = x - hi, and z = t - lo rounds once.
             let t_max = (raw.sumsq as f64 * sum_slack(n)).sqrt() + ABS_SLACK;
-            (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)))
+            (raw, (t_max + (raw.lo as f64).abs()) * (1.0 + 2f64.powi(-22)), summed(ahead))
         }
         NormKind::TopK { k } if stats::uses_lane_maxima(n, k) => {
             let (lo, stat, check, ahead, t) = top_k_lane_maxima::<V, S>(ctx, x, k, hi, (abs, marks, t_row), next, lines);
-            next_sum = ahead;
             saved = t;
-            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), check as f64 * sum_slack(n) + ABS_SLACK)
+            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), check as f64 * sum_slack(n) + ABS_SLACK, summed(ahead))
         }
         NormKind::LInf if ctx.centred => {
             let (lo, maxima, ahead) = lo_and_lane_max_abs::<V, S>(ctx, x, hi, next);
-            next_sum = ahead;
             let stat = lanes::max_of(maxima.to_array());
             // `check`, the lane sum of |z|, is only needed where it may be non-finite.
             let check = if check_sum_unneeded(hi, lo, stat, n) {
@@ -860,40 +858,36 @@ unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
                 let (h, l) = (V::splat(hi), V::splat(lo));
                 sum::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs())
             };
-            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), stat as f64)
+            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), stat as f64, summed(ahead))
         }
         NormKind::L1 if ctx.centred => {
-            let h = V::splat(hi);
-            // The lo sum: from the row before's pass, or from a pass of its own, which also
-            // sums the next row.
-            let (d, sum_of_next) = match known.lo_sum.filter(|_| known.sum.is_some()) {
-                Some(d) => (d, known.next_sum),
-                None => {
-                    let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], #[inline(always)] |v, [d]| [d + (v - h)], next);
-                    (d.combine(), ahead)
+            // The lo sum: from the row before's pass ([`l1_pass_ahead`], which sets it only
+            // along with the row's sum), or from a pass of its own, which also sums the next row.
+            let (d, sum_of_next) = match known.lo_sum {
+                Some(d) => {
+                    debug_assert!(known.sum.is_some(), "a lo sum without the row's sum");
+                    (d, known.next_sum)
                 }
+                None => lo_sum::<V, S>(x, hi, next),
             };
             let lo = d * inv_n;
-            let l = V::splat(lo);
-            let r = match (next, sum_of_next) {
+            let (h, l) = (V::splat(hi), V::splat(lo));
+            let (r, next_known) = match (next, sum_of_next) {
                 (Some(nx), Some(ns)) => {
                     let (r, next_lo_sum, sum_after) = l1_pass_ahead::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs(), nx, ns * inv_n, after);
-                    next_known = Known { sum: None, lo_sum: Some(next_lo_sum), next_sum: sum_after };
-                    r
+                    (r, Known { sum: Some(ns), lo_sum: Some(next_lo_sum), next_sum: sum_after })
                 }
-                _ => sum::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs()),
+                _ => (sum::<V, S>(x, #[inline(always)] |v| ((v - h) - l).abs()), summed(sum_of_next)),
             };
-            next_sum = sum_of_next;
-            (stats::finish_scaled(ctx, hi, lo, r * inv_n, r, eps), r as f64 * sum_slack(n) + ABS_SLACK)
+            (stats::finish_scaled(ctx, hi, lo, r * inv_n, r, eps), r as f64 * sum_slack(n) + ABS_SLACK, next_known)
         }
+        // Uncentred L1, L-inf and Top-k; centred Top-k where the lane maxima are not used.
         NormKind::L1 | NormKind::LInf | NormKind::TopK { .. } => {
-            let lo = if ctx.centred {
-                let h = V::splat(hi);
-                let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], #[inline(always)] |v, [d]| [d + (v - h)], next);
-                next_sum = ahead;
-                d.combine() * inv_n
+            let (lo, ahead) = if ctx.centred {
+                let (d, ahead) = lo_sum::<V, S>(x, hi, next);
+                (d * inv_n, ahead)
             } else {
-                0.0
+                (0.0, None)
             };
             let (stat, check) = if ctx.centred {
                 let (h, l) = (V::splat(hi), V::splat(lo));
@@ -904,10 +898,21 @@ unsafe fn raw_stats<'t, V: F32x16, S: Storage>(
             };
             // The maximum of |z| itself for L-inf, else |z| <= sum |z| (`check`).
             let z_max = if ctx.kind == NormKind::LInf { stat as f64 } else { check as f64 * sum_slack(n) + ABS_SLACK };
-            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), z_max)
+            (stats::finish_scaled(ctx, hi, lo, stat, check, eps), z_max, summed(ahead))
         }
     };
-    (raw, z_max, Known { sum: next_sum, ..next_known }, saved)
+    (raw, z_max, next_known, saved)
+}
+
+/// The lo sum of a centred row, the sum of `x - hi` with its lanes combined, and the next
+/// row's sum where `next` is given ([`fold_with_next`]): the pass before a row's `|z|` pass
+/// wherever the row before did not compute it ([`l1_pass_ahead`] sums the same values the
+/// same way).
+#[inline(always)]
+unsafe fn lo_sum<V: F32x16, S: Storage>(x: &[S], hi: f32, next: Option<&[S]>) -> (f32, Option<f32>) {
+    let h = V::splat(hi);
+    let ([d], ahead) = fold_with_next::<V, S, 1>(x, [V::splat(0.0)], #[inline(always)] |v, [d]| [d + (v - h)], next);
+    (d.combine(), ahead)
 }
 
 /// `(statistic, check)` of L1, L-inf or Top-k from `|z| = z_abs(v)`: the mean, the maximum or
