@@ -638,9 +638,11 @@ fn centred_l1_rows_take_one_pass() {
                     }
                 }
                 let xs: Vec<f32> = x.iter().map(|&v| v as f32).collect();
-                let xh: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+                let xh: Vec<f16> = x.iter().map(|&v| f16::from_f64(v)).collect();
+                let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
                 compare_spec::<f32>(&spec, &xs, n, &vec![1.5; n], &vec![0.25; n], label);
-                compare_spec::<bf16>(&spec, &xh, n, &vec![1.5; n], &vec![0.25; n], label);
+                compare_spec::<f16>(&spec, &xh, n, &vec![1.5; n], &vec![0.25; n], label);
+                compare_spec::<bf16>(&spec, &xb, n, &vec![1.5; n], &vec![0.25; n], label);
             }
         }
     }
