@@ -168,30 +168,7 @@ pub(crate) fn rows_at<S: Storage>(
 ) -> Counters {
     #[cfg(target_arch = "x86_64")]
     {
-        #[target_feature(enable = "avx2,fma,f16c,popcnt")]
-        unsafe fn avx2<S: Storage, const KIND: u8>(
-            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
-        ) -> Counters {
-            let ctx = &with_kind::<KIND>(ctx);
-            // bf16 widens and rounds without shuffles when the even and odd lanes are apart.
-            if same::<S, half::bf16>() {
-                rows::<super::simd::avx2_even_odd::Avx2EvenOdd, S>(ctx, xc, yc, sc, w, b, scr)
-            } else {
-                rows::<super::simd::avx2::Avx2, S>(ctx, xc, yc, sc, w, b, scr)
-            }
-        }
-        #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
-        unsafe fn avx512<S: Storage, const KIND: u8>(
-            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
-        ) -> Counters {
-            rows::<super::simd::avx512::Avx512, S>(&with_kind::<KIND>(ctx), xc, yc, sc, w, b, scr)
-        }
-        #[target_feature(enable = "avx512f,avx512bf16,avx512dq,avx2,fma,f16c,popcnt")]
-        unsafe fn avx512_bf16<S: Storage, const KIND: u8>(
-            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
-        ) -> Counters {
-            rows::<super::simd::avx512::Avx512Bf16, S>(&with_kind::<KIND>(ctx), xc, yc, sc, w, b, scr)
-        }
+        use entry::{avx2, avx512, avx512_bf16};
         // One function per kind and level: each holds only its kind's passes, so that the
         // register allocation of one kind's loops does not depend on the others' code (in one
         // function for all kinds, a change to Top-k's passes made L-inf's pass spill an
@@ -199,12 +176,12 @@ pub(crate) fn rows_at<S: Storage>(
         macro_rules! by_kind {
             ($f:ident) => {
                 match ctx.kind {
-                    NormKind::Rms => $f::<S, { Kind::Rms as u8 }>(ctx, xc, yc, sc, w, b, scr),
-                    NormKind::Layer => $f::<S, { Kind::Layer as u8 }>(ctx, xc, yc, sc, w, b, scr),
-                    NormKind::UnitL2 => $f::<S, { Kind::UnitL2 as u8 }>(ctx, xc, yc, sc, w, b, scr),
-                    NormKind::L1 => $f::<S, { Kind::L1 as u8 }>(ctx, xc, yc, sc, w, b, scr),
-                    NormKind::LInf => $f::<S, { Kind::LInf as u8 }>(ctx, xc, yc, sc, w, b, scr),
-                    NormKind::TopK { .. } => $f::<S, { Kind::TopK as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::Rms => $f::rows::<S, { Kind::Rms as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::Layer => $f::rows::<S, { Kind::Layer as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::UnitL2 => $f::rows::<S, { Kind::UnitL2 as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::L1 => $f::rows::<S, { Kind::L1 as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::LInf => $f::rows::<S, { Kind::LInf as u8 }>(ctx, xc, yc, sc, w, b, scr),
+                    NormKind::TopK { .. } => $f::rows::<S, { Kind::TopK as u8 }>(ctx, xc, yc, sc, w, b, scr),
                 }
             };
         }
@@ -219,6 +196,58 @@ pub(crate) fn rows_at<S: Storage>(
         }
     }
     super::forward_rows::<S, f32>(ctx, xc, yc, sc, w, b, scr)
+}
+
+/// The entry points of [`rows_at`], one function per level and kind (`KIND`), each level in a
+/// module of its own. Why modules: rustc compiles the generic instances of a module's
+/// functions in one codegen unit, and LLVM optimises codegen units in parallel but each one
+/// alone. With all three levels in one module (`rows_at`'s body, until 2026-11-30) one unit held
+/// 5.2 MB of the crate's 17 MB of machine code (AVX2 2.5 MB, AVX-512 1.8, AVX512_BF16 0.8) and
+/// its optimisation ran on one core for about 18 of the crate's 22 minutes of build on two
+/// cores: the longest step of CI's test build. Each level here is its own unit.
+#[cfg(target_arch = "x86_64")]
+mod entry {
+    pub(super) mod avx2 {
+        use super::super::{rows as fused_rows, same, with_kind, Counters, RowCtx, RowStats, Scratch, Storage};
+        use crate::row::simd::{avx2::Avx2, avx2_even_odd::Avx2EvenOdd};
+
+        #[target_feature(enable = "avx2,fma,f16c,popcnt")]
+        pub(in super::super) unsafe fn rows<S: Storage, const KIND: u8>(
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+        ) -> Counters {
+            let ctx = &with_kind::<KIND>(ctx);
+            // bf16 widens and rounds without shuffles when the even and odd lanes are apart.
+            if same::<S, half::bf16>() {
+                fused_rows::<Avx2EvenOdd, S>(ctx, xc, yc, sc, w, b, scr)
+            } else {
+                fused_rows::<Avx2, S>(ctx, xc, yc, sc, w, b, scr)
+            }
+        }
+    }
+
+    pub(super) mod avx512 {
+        use super::super::{rows as fused_rows, with_kind, Counters, RowCtx, RowStats, Scratch, Storage};
+        use crate::row::simd::avx512::Avx512;
+
+        #[target_feature(enable = "avx512f,avx2,fma,f16c,popcnt")]
+        pub(in super::super) unsafe fn rows<S: Storage, const KIND: u8>(
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+        ) -> Counters {
+            fused_rows::<Avx512, S>(&with_kind::<KIND>(ctx), xc, yc, sc, w, b, scr)
+        }
+    }
+
+    pub(super) mod avx512_bf16 {
+        use super::super::{rows as fused_rows, with_kind, Counters, RowCtx, RowStats, Scratch, Storage};
+        use crate::row::simd::avx512::Avx512Bf16;
+
+        #[target_feature(enable = "avx512f,avx512bf16,avx512dq,avx2,fma,f16c,popcnt")]
+        pub(in super::super) unsafe fn rows<S: Storage, const KIND: u8>(
+            ctx: &RowCtx<f32>, xc: &[S], yc: &mut [S], sc: &mut [RowStats], w: Option<&[f32]>, b: Option<&[f32]>, scr: &mut Scratch<f32>,
+        ) -> Counters {
+            fused_rows::<Avx512Bf16, S>(&with_kind::<KIND>(ctx), xc, yc, sc, w, b, scr)
+        }
+    }
 }
 
 /// The norm kinds without their parameter, as the const parameter of the per-kind entry points
