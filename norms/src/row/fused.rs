@@ -203,8 +203,11 @@ pub(crate) fn rows_at<S: Storage>(
 /// functions in one codegen unit, and LLVM optimises codegen units in parallel but each one
 /// alone. With all three levels in one module (`rows_at`'s body, until 2026-11-30) one unit held
 /// 5.2 MB of the crate's 17 MB of machine code (AVX2 2.5 MB, AVX-512 1.8, AVX512_BF16 0.8) and
-/// its optimisation ran on one core for about 18 of the crate's 22 minutes of build on two
-/// cores: the longest step of CI's test build. Each level here is its own unit.
+/// its optimisation ran on one core for about 18 of the crate's 20 minutes of build on two
+/// cores: the longest step of CI's test build. Each level here is its own unit: over built
+/// dependencies the crate then built in 908 s with two LLVM threads busy (README, CI time);
+/// from an empty target directory the test build took as long as before (the dependencies
+/// then keep the second core busy).
 #[cfg(target_arch = "x86_64")]
 mod entry {
     pub(super) mod avx2 {
