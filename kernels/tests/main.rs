@@ -8,6 +8,7 @@
 
 mod common;
 
+mod cxx_cache;
 mod emulated;
 mod emulated_batch;
 mod emulated_project;

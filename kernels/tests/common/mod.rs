@@ -150,27 +150,117 @@ pub fn kernel_forward<T: H>(
 
 /// Compile a C++20 file against the emulator header with the system compiler (`$CXX`, else
 /// g++) into the test's temporary directory; panics with the compiler's output on failure.
+///
+/// The program is kept there under a name that carries a hash of what decides its machine
+/// code: the compiler's `--version`, every argument, and the source as preprocessed with those
+/// arguments (`-E -P`: every header it includes, the emulator's among them, and no line markers,
+/// so that the checkout's path does not enter it). A later run whose hash matches reuses the
+/// program instead of compiling it again: CI's target directory persists between runs (`.ci/run`),
+/// and the sanitizer builds take 10 to 35 s each on two cores. Any change to a driver, to the
+/// kernels it includes or to the flags changes the hash. The program is written under a
+/// temporary name and renamed, so that a run killed mid-compile leaves no half-written program.
+/// A reused program's debug information names the files of the checkout that compiled it (the
+/// paths are left out of the hash): a sanitizer report from it points at those paths.
 pub fn compile_cxx(src: &str, out_name: &str, flags: &[&str]) -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    // `option_env!`: this file is also compiled into examples/centred_bound_sweep.rs, where
-    // Cargo sets no test directory (the example compiles no C++; the system one would do).
-    let tmp = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
-    let out = tmp.join(out_name);
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-    let o = std::process::Command::new(&cxx)
-        .args(["-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-g"])
-        .args(flags)
-        .arg("-I")
-        .arg(root.join("src/cuda"))
-        .arg("-x")
-        .arg("c++")
-        .arg(root.join(src))
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the C++ compiler '{cxx}': {e}"));
-    assert!(o.status.success(), "{cxx} failed on {src}:\n{}", String::from_utf8_lossy(&o.stderr));
+    let job = CxxJob::new(src, flags);
+    let out = job.cached_path(out_name);
+    if out.is_file() {
+        return out;
+    }
+    // Unique per process and call: tests run as threads of one process, and two may build the
+    // same program at once (the second rename then replaces the first's identical file).
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let partial = out.with_file_name(format!("{}.{}-{call}.partial", out.file_name().unwrap().to_string_lossy(), std::process::id()));
+    let o = job.run(&["-o".as_ref(), partial.as_os_str()]);
+    assert!(o.status.success(), "{} failed on {src}:\n{}", job.cxx, String::from_utf8_lossy(&o.stderr));
+    std::fs::rename(&partial, &out).unwrap_or_else(|e| panic!("cannot rename {} to {}: {e}", partial.display(), out.display()));
+    remove_older_builds(&job.dir, out_name, &out);
     out
+}
+
+/// One compilation of [`compile_cxx`]: the compiler, its arguments and the directory it
+/// writes into.
+pub struct CxxJob {
+    cxx: String,
+    src: String,
+    args: Vec<std::ffi::OsString>,
+    /// The arguments that are paths into this checkout, left out of the hash.
+    paths: [std::path::PathBuf; 2],
+    dir: std::path::PathBuf,
+}
+
+impl CxxJob {
+    pub fn new(src: &str, flags: &[&str]) -> CxxJob {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        // `option_env!`: this file is also compiled into examples/centred_bound_sweep.rs, where
+        // Cargo sets no test directory (the example compiles no C++; the system one would do).
+        let dir = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+        let paths = [root.join("src/cuda"), root.join(src)];
+        let mut args: Vec<std::ffi::OsString> = ["-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-g"].iter().map(Into::into).collect();
+        args.extend(flags.iter().map(Into::into));
+        args.extend(["-I".into(), paths[0].clone().into(), "-x".into(), "c++".into(), paths[1].clone().into()]);
+        CxxJob { cxx, src: src.into(), args, paths, dir }
+    }
+
+    /// Run the compiler with the job's arguments and `extra`.
+    fn run(&self, extra: &[&std::ffi::OsStr]) -> std::process::Output {
+        std::process::Command::new(&self.cxx)
+            .args(&self.args)
+            .args(extra)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the C++ compiler '{}': {e}", self.cxx))
+    }
+
+    /// Where the program built as `out_name` from these inputs is kept: `out_name-HASH` in the
+    /// job's directory (runs the preprocessor, not the compiler).
+    pub fn cached_path(&self, out_name: &str) -> std::path::PathBuf {
+        let version = std::process::Command::new(&self.cxx)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the C++ compiler '{}': {e}", self.cxx));
+        let pre = self.run(&["-E".as_ref(), "-P".as_ref()]);
+        assert!(pre.status.success(), "{} -E failed on {}:\n{}", self.cxx, self.src, String::from_utf8_lossy(&pre.stderr));
+        let mut key = Fnv64::default();
+        key.write(&version.stdout);
+        key.write(self.src.as_bytes());
+        for a in self.args.iter().filter(|a| !self.paths.iter().any(|p| p.as_os_str() == a.as_os_str())) {
+            key.write(a.as_encoded_bytes());
+        }
+        key.write(&pre.stdout);
+        self.dir.join(format!("{out_name}-{:016x}", key.0))
+    }
+}
+
+/// Remove the programs an earlier run compiled as `out_name` from other inputs (same name,
+/// another hash), so that the cache holds one program per name.
+fn remove_older_builds(dir: &std::path::Path, out_name: &str, keep: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(hash) = name.to_str().and_then(|n| n.strip_prefix(out_name)).and_then(|r| r.strip_prefix('-')) else { continue };
+        if hash.len() == 16 && hash.bytes().all(|c| c.is_ascii_hexdigit()) && e.path() != keep {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash (the same on every run and toolchain, unlike std's
+/// `DefaultHasher`) for [`compile_cxx`]'s cache names. Each input is followed by its length,
+/// so that no two different sequences of inputs hash the same bytes.
+struct Fnv64(u64);
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+}
+impl Fnv64 {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes.iter().chain(&(bytes.len() as u64).to_le_bytes()) {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// Run a compiled test program; returns (exit code or -1 for a signal, stdout, stderr).
