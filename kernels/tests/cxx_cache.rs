@@ -10,19 +10,19 @@ const SRC: &str = "tests/planted/planted.cu";
 
 #[test]
 fn a_program_is_reused_for_the_same_inputs() {
-    // The name and flags of `emulator_catches`' serial build: whichever test comes first
-    // compiles it, the other reuses it.
-    let p = compile_cxx(SRC, "planted_serial", &["-O1"]);
-    assert_eq!(p, CxxJob::new(SRC, &["-O1"]).cached_path("planted_serial"));
+    // A name of its own: a test building the same name at the same time would replace the file.
+    let p = compile_cxx(SRC, "cxx_cache_reuse", &["-O0"]);
+    assert_eq!(p, CxxJob::new(SRC, &["-O0"]).cached_path("cxx_cache_reuse"));
     let built = std::fs::metadata(&p).unwrap().modified().unwrap();
-    assert_eq!(compile_cxx(SRC, "planted_serial", &["-O1"]), p);
+    assert_eq!(compile_cxx(SRC, "cxx_cache_reuse", &["-O0"]), p);
     assert_eq!(std::fs::metadata(&p).unwrap().modified().unwrap(), built, "{} was built again", p.display());
 }
 
 #[test]
 fn flags_and_code_change_the_cached_name_and_comments_do_not() {
     let base = CxxJob::new(SRC, &["-O1"]).cached_path("probe");
-    // A flag that changes the preprocessed text, and one that changes only the code generated.
+    // A flag that changes the preprocessed text, and one that changes only the code generated
+    // (-O1 and -O2 define the same macros).
     assert_ne!(CxxJob::new(SRC, &["-O1", "-DNORMLAB_PROBE=1"]).cached_path("probe"), base);
     assert_ne!(CxxJob::new(SRC, &["-O2"]).cached_path("probe"), base);
 
