@@ -179,35 +179,37 @@ pub fn compile_cxx(src: &str, out_name: &str, flags: &[&str]) -> std::path::Path
     out
 }
 
-/// One compilation of [`compile_cxx`]: the compiler, its arguments and the directory it
-/// writes into.
+/// One compilation of [`compile_cxx`]: the compiler, its options and the directory it writes
+/// into.
 pub struct CxxJob {
     cxx: String,
+    /// The source, relative to the crate (or absolute).
     src: String,
-    args: Vec<std::ffi::OsString>,
-    /// The arguments that are paths into this checkout, left out of the hash.
-    paths: [std::path::PathBuf; 2],
+    /// Every argument but the paths into this checkout (the include directory and the source),
+    /// which [`CxxJob::run`] adds: these are what the hash takes.
+    opts: Vec<String>,
     dir: std::path::PathBuf,
 }
 
 impl CxxJob {
     pub fn new(src: &str, flags: &[&str]) -> CxxJob {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         // `option_env!`: this file is also compiled into examples/centred_bound_sweep.rs, where
         // Cargo sets no test directory (the example compiles no C++; the system one would do).
         let dir = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-        let paths = [root.join("src/cuda"), root.join(src)];
-        let mut args: Vec<std::ffi::OsString> = ["-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-g"].iter().map(Into::into).collect();
-        args.extend(flags.iter().map(Into::into));
-        args.extend(["-I".into(), paths[0].clone().into(), "-x".into(), "c++".into(), paths[1].clone().into()]);
-        CxxJob { cxx, src: src.into(), args, paths, dir }
+        let opts = ["-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-g"].iter().chain(flags).map(|&o| o.into()).collect();
+        CxxJob { cxx, src: src.into(), opts, dir }
     }
 
-    /// Run the compiler with the job's arguments and `extra`.
+    /// Run the compiler on the source with the job's options and `extra`.
     fn run(&self, extra: &[&std::ffi::OsStr]) -> std::process::Output {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         std::process::Command::new(&self.cxx)
-            .args(&self.args)
+            .args(&self.opts)
+            .arg("-I")
+            .arg(root.join("src/cuda"))
+            .args(["-x", "c++"])
+            .arg(root.join(&self.src))
             .args(extra)
             .output()
             .unwrap_or_else(|e| panic!("cannot run the C++ compiler '{}': {e}", self.cxx))
@@ -225,8 +227,8 @@ impl CxxJob {
         let mut key = Fnv64::default();
         key.write(&version.stdout);
         key.write(self.src.as_bytes());
-        for a in self.args.iter().filter(|a| !self.paths.iter().any(|p| p.as_os_str() == a.as_os_str())) {
-            key.write(a.as_encoded_bytes());
+        for o in &self.opts {
+            key.write(o.as_bytes());
         }
         key.write(&pre.stdout);
         self.dir.join(format!("{out_name}-{:016x}", key.0))
